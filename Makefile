@@ -1,0 +1,69 @@
+# One entry point for everything. `make demo` and `make test` do their own set-up from a clean clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+TS := bindings/typescript
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test check fmt fmt-check lint typecheck imports pytest ts-test codegen codegen-check bench bench-smoke clean setup node
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+$(TS)/node_modules/.installed: $(TS)/package.json $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+node: $(TS)/node_modules/.installed
+
+demo: $(STAMP)
+	$(BIN)/accord demo
+
+test: $(STAMP) node
+	$(MAKE) check
+
+check: fmt-check lint typecheck imports codegen-check pytest ts-test
+
+fmt:
+	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench
+
+fmt-check:
+	$(BIN)/ruff format --check src tests bench
+
+lint:
+	$(BIN)/ruff check src tests bench
+
+typecheck:
+	$(BIN)/mypy
+
+imports:
+	$(BIN)/lint-imports
+
+codegen: $(STAMP)
+	$(BIN)/accord contracts codegen
+
+codegen-check:
+	$(BIN)/accord contracts codegen --check
+
+pytest:
+	$(BIN)/pytest
+
+ts-test: node
+	cd $(TS) && npm run --silent build && npm test --silent
+
+bench: $(STAMP) node
+	$(PY) -m bench
+
+bench-smoke: $(STAMP)
+	$(PY) -m bench --smoke
+
+clean:
+	rm -rf $(VENV) $(TS)/node_modules $(TS)/dist .accord

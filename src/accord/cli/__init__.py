@@ -1,0 +1,26 @@
+"""The ``accord`` command: thin typer commands over the packages.
+
+Exit codes everywhere: 0 ok, 1 the input is refused (lint error, incompatible change, invalid
+message, refused plan), 2 usage error. Every command that reports takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from accord.cli import contracts, demo, workflow
+
+app = typer.Typer(
+    name="accord",
+    help="Governed contracts, compiled workflows and a durable engine for worker fleets.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(contracts.app, name="contracts")
+app.add_typer(workflow.app, name="workflow")
+app.command("demo")(demo.demo)
+
+
+def main() -> None:
+    app()

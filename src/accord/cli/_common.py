@@ -1,0 +1,39 @@
+"""Shared CLI plumbing: exit codes, JSON output, rendering diagnostics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from accord.errors import Diagnostic
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+console = Console(stderr=False, highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def print_diagnostics(diagnostics: Iterable[Diagnostic]) -> None:
+    for d in diagnostics:
+        style = "red" if d.severity == "error" else "yellow"
+        err_console.print(f"[{style}]{d}[/{style}]", markup=True, soft_wrap=True)
+
+
+def refuse(message: str, code: int = EXIT_REFUSED) -> NoReturn:
+    err_console.print(f"[red]error:[/red] {message}", soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def usage(message: str) -> NoReturn:
+    refuse(message, EXIT_USAGE)
