@@ -1,0 +1,154 @@
+"""Ports: the few Protocols the engine shell talks to. Adapters implement them.
+
+No connection, cursor or transaction type leaks through. Everything crossing a port is plain data
+(JSON-compatible dicts, bytes, ints), so the same contract test suite runs over every adapter.
+
+- :class:`Store` — durable run state. ``commit`` is the one atomic step of ARCHITECTURE §4: the
+  new run record, its history entries, outbox entries and timer changes land together, or not at
+  all, guarded by the record's version (compare-and-set; :class:`~accord.errors.ConflictError`
+  on a lost race: the caller reloads and re-applies).
+- :class:`Transport` — delivery of jobs and outcomes. Delivery is not acceptance.
+- :class:`Clock` — time in integer milliseconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "Clock",
+    "Commit",
+    "Delivery",
+    "OutboxEntry",
+    "Store",
+    "StoredRun",
+    "Timer",
+    "Transport",
+]
+
+JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    run_id: str
+    version: int  # grows by one per commit; 0 means "does not exist yet"
+    state: JsonDict  # the machine's run record, as JSON
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxEntry:
+    """Something to publish after the commit: a job, an action invocation, a cancel request or a
+    telemetry event. ``entry_id`` is deterministic, so republishing is harmless."""
+
+    entry_id: str
+    run_id: str
+    topic: str  # ``job:<queue>``, ``action``, ``cancel:<queue>``, ``telemetry``
+    payload: JsonDict
+    created_at_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    timer_id: str  # deterministic: run, stage, attempt, kind
+    run_id: str
+    due_at_ms: int
+    payload: JsonDict  # enough to build the TimerFired event
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    run_id: str
+    expected_version: int  # 0 to create
+    state: JsonDict
+    history: Sequence[JsonDict] = ()
+    outbox: Sequence[OutboxEntry] = ()
+    timers_set: Sequence[Timer] = ()
+    timers_cancel: Sequence[str] = ()
+    index: Mapping[str, str] = field(default_factory=dict)  # searchable columns: status, workflow…
+
+    @property
+    def new_version(self) -> int:
+        return self.expected_version + 1
+
+
+@runtime_checkable
+class Store(Protocol):
+    async def load(self, run_id: str) -> StoredRun | None: ...
+
+    async def commit(self, commit: Commit) -> int:
+        """Apply atomically if the stored version equals ``expected_version``; return the new
+        version, else raise :class:`~accord.errors.ConflictError` and change nothing."""
+        ...
+
+    async def history(self, run_id: str) -> list[JsonDict]: ...
+
+    async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
+        """Lease up to ``limit`` due timers to ``owner``; a lease that lapses makes them due again.
+        A timer is removed only by a commit that cancels it."""
+        ...
+
+    async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]: ...
+
+    async def outbox_done(self, entry_ids: Sequence[str]) -> None: ...
+
+    async def list_runs(self, limit: int = 100, **filters: str) -> list[StoredRun]: ...
+
+    # plans and capability announcements
+    async def put_plan(self, digest: str, document: JsonDict) -> None:
+        """Store an immutable plan; the same digest with different content is refused."""
+        ...
+
+    async def get_plan(self, digest: str) -> JsonDict | None: ...
+
+    async def set_active(self, workflow: str, digest: str) -> None: ...
+
+    async def get_active(self, workflow: str) -> str | None: ...
+
+    async def announce(
+        self, worker_id: str, capabilities: Sequence[str], expires_at_ms: int
+    ) -> None: ...
+
+    async def live_capabilities(self, now_ms: int) -> dict[str, list[str]]:
+        """``capability ref → [worker ids]`` for announcements not yet expired."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    queue: str
+    message_id: str
+    body: bytes
+    delivery_count: int  # 1 on first delivery
+    receipt: str  # opaque handle for ack/nack
+
+
+@runtime_checkable
+class Transport(Protocol):
+    async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
+        """Enqueue; publishing the same ``message_id`` again while it is known is a no-op."""
+        ...
+
+    def consume(self, queue: str, prefetch: int = 1) -> AsyncIterator[Delivery]:
+        """Deliveries from ``queue``, each leased until acked or nacked (or its lease lapses)."""
+        ...
+
+    async def ack(self, delivery: Delivery) -> None: ...
+
+    async def nack(self, delivery: Delivery, delay_ms: int = 0) -> None:
+        """Return for redelivery; past the queue's delivery limit it is dead-lettered instead."""
+        ...
+
+    async def dead_letters(self, queue: str) -> list[Delivery]: ...
+
+    async def close(self) -> None: ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+    async def sleep(self, ms: int) -> None: ...
