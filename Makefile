@@ -23,13 +23,13 @@ $(TS)/node_modules/.installed: $(TS)/package.json $(TS)/package-lock.json
 
 node: $(TS)/node_modules/.installed
 
-demo: $(STAMP)
+demo: $(STAMP) node
 	$(BIN)/accord demo
 
 test: $(STAMP) node
 	$(MAKE) check
 
-check: fmt-check lint typecheck imports codegen-check pytest ts-test
+check: fmt-check lint typecheck imports codegen-check pytest ts-test bench-smoke
 
 fmt:
 	$(BIN)/ruff format src tests bench

@@ -12,7 +12,7 @@
     ├── PlanError                a workflow definition or plan is refused (carries Diagnostics)
     ├── EngineError              the engine cannot proceed (not a domain outcome)
     │   └── ConflictError            compare-and-set lost; reload and re-apply
-    ├── StoreError               a store adapter failed (translated at the adapter edge)
+    ├── StoreError               a store adapter failed (translated at its edge); ``retryable`` too
     ├── TransportError           a transport adapter failed; ``retryable`` says what to do
     └── StageFailed              a handler's classified failure (``retryable`` + stable ``code``)
 
@@ -161,6 +161,10 @@ class ConflictError(EngineError):
 
 class StoreError(AccordError):
     code = "store-error"
+
+    def __init__(self, message: str = "", *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable  # e.g. the database stayed locked past the busy timeout
 
 
 class TransportError(AccordError):

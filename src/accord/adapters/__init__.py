@@ -1,1 +1,133 @@
-"""adapters."""
+"""Adapters: all I/O behind the engine's ports, chosen by URL and imported only when used.
+
+Stores (:func:`open_store`)::
+
+    memory://                     a fresh in-process store (tests, the testing API)
+    sqlite:///relative/path.db    the embedded default; sqlite:////abs/path.db; sqlite:///:memory:
+                                  options: ?synchronous=FULL|NORMAL&busy_timeout_ms=5000
+
+Transports (:func:`open_transport`)::
+
+    memory://                     a fresh in-process queue
+    sqlite:///path.db             the embedded queue in that SQLite file (its own tables; the
+    embedded+sqlite:///path.db      store's URL works unchanged, so one URL opens both)
+                                  options: ?visibility_ms=30000&max_deliveries=5&dedup_ms=600000
+                                  &poll_ms=50 (a store URL may carry them too)
+    embedded://                   the queue inside the store passed as ``store=``: the same SQLite
+                                  connection and thread for a SQLite store (one writer, no lock
+                                  contention between store and queue in this process), or an
+                                  in-process queue for the memory store
+
+Each process opens its own store and transport on the same file; SQLite's write lock and the
+store's compare-and-set keep them correct. Modules for optional back-ends (Redis, BullMQ,
+RabbitMQ) are imported inside the branch that needs them (hence the ``noqa: PLC0415``), so their
+dependencies stay optional.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import parse_qsl, urlsplit
+
+from accord.adapters._store_rules import SHARED_OPTS
+from accord.adapters.transports._base import QueueOptions
+from accord.engine.ports import Clock, Store, Transport
+from accord.errors import StoreError, TransportError
+
+__all__ = ["open_store", "open_transport"]
+
+STORE_SCHEMES = ("memory", "sqlite", "redis", "rediss")
+TRANSPORT_SCHEMES = (
+    "memory", "sqlite", "embedded+sqlite", "embedded", "bullmq", "redis+bullmq", "amqp", "amqps"
+)  # fmt: skip
+
+
+def _scheme(url: str) -> str:
+    return urlsplit(url).scheme.lower()
+
+
+def open_store(url: str, *, clock: Clock | None = None) -> Store:
+    """Open the store named by ``url``; ``clock`` (default: wall clock) stamps leases and times."""
+    scheme = _scheme(url)
+    try:
+        if scheme == "memory":
+            from accord.adapters.stores.memory import MemoryStore  # noqa: PLC0415
+
+            return MemoryStore(clock)
+        if scheme == "sqlite":
+            from accord.adapters.stores.sqlite import SqliteStore  # noqa: PLC0415
+
+            return SqliteStore.from_url(url, clock)
+        if scheme in ("redis", "rediss"):  # redis://host:6379/0?prefix=accord&shards=8
+            from accord.adapters.stores.redis import RedisStore  # noqa: PLC0415
+
+            return RedisStore.from_url(url, clock)
+    except ValueError as exc:
+        raise StoreError(f"store URL {url!r}: {exc}") from exc
+    raise StoreError(
+        f"store URL {url!r}: unknown scheme {scheme!r}; expected one of "
+        + ", ".join(f"{s}://" for s in STORE_SCHEMES)
+    )
+
+
+def open_transport(
+    url: str,
+    *,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    delivery_limits: Mapping[str, int] | None = None,
+) -> Transport:
+    """Open the transport named by ``url``. ``delivery_limits`` overrides the per-queue delivery
+    limit (default ``max_deliveries``); ``store`` is required by ``embedded://``."""
+    scheme = _scheme(url)
+    try:
+        if scheme == "memory":
+            from accord.adapters.transports.memory import MemoryTransport  # noqa: PLC0415
+
+            return MemoryTransport(clock, QueueOptions.from_query(_query(url), delivery_limits))
+        if scheme in ("sqlite", "embedded+sqlite"):
+            from accord.adapters.transports.embedded import EmbeddedTransport  # noqa: PLC0415
+
+            sqlite_url = url.split("+", 1)[1] if scheme == "embedded+sqlite" else url
+            return EmbeddedTransport.from_url(sqlite_url, clock, delivery_limits)
+        if scheme == "embedded":
+            return _embedded_in(url, store, clock, delivery_limits)
+        if scheme in ("bullmq", "redis+bullmq"):  # bullmq://host:port/db?prefix=…&stalled_ms=…
+            from accord.adapters.transports.bullmq import BullmqTransport  # noqa: PLC0415
+
+            return BullmqTransport.from_url(url, clock, delivery_limits)
+        if scheme in ("amqp", "amqps"):  # amqp://user:pass@host:port/vhost?confirm_ms=…
+            from accord.adapters.transports.rabbitmq import RabbitmqTransport  # noqa: PLC0415
+
+            return RabbitmqTransport.from_url(url, clock, delivery_limits)
+    except ValueError as exc:
+        raise TransportError(f"transport URL {url!r}: {exc}", retryable=False) from exc
+    raise TransportError(
+        f"transport URL {url!r}: unknown scheme {scheme!r}; expected one of "
+        + ", ".join(f"{s}://" for s in TRANSPORT_SCHEMES),
+        retryable=False,
+    )
+
+
+def _embedded_in(
+    url: str, store: Store | None, clock: Clock | None, limits: Mapping[str, int] | None
+) -> Transport:
+    from accord.adapters.stores.memory import MemoryStore  # noqa: PLC0415
+    from accord.adapters.stores.sqlite import SqliteStore  # noqa: PLC0415
+    from accord.adapters.transports.embedded import EmbeddedTransport  # noqa: PLC0415
+    from accord.adapters.transports.memory import MemoryTransport  # noqa: PLC0415
+
+    options = QueueOptions.from_query(_query(url), limits)
+    if isinstance(store, SqliteStore):
+        return EmbeddedTransport(store.db, clock or store.clock, options, owns_db=False)
+    if isinstance(store, MemoryStore):
+        return MemoryTransport(clock or store.clock, options)
+    raise ValueError("embedded:// needs store= (a SQLite or memory store) to live in")
+
+
+def _query(url: str) -> list[tuple[str, str]]:
+    pairs = parse_qsl(urlsplit(url).query)
+    unknown = sorted({k for k, _ in pairs} - SHARED_OPTS)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}; known: {sorted(SHARED_OPTS)}")
+    return pairs

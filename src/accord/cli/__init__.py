@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from accord.cli import contracts, demo, workflow
+from accord.cli import contracts, demo, engine, runs, workflow
 
 app = typer.Typer(
     name="accord",
@@ -19,6 +19,8 @@ app = typer.Typer(
 )
 app.add_typer(contracts.app, name="contracts")
 app.add_typer(workflow.app, name="workflow")
+app.add_typer(engine.app, name="engine")
+app.add_typer(runs.app, name="runs")
 app.command("demo")(demo.demo)
 
 

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from accord.errors import Diagnostic
 
@@ -27,7 +28,7 @@ def emit_json(data: Any) -> None:
 def print_diagnostics(diagnostics: Iterable[Diagnostic]) -> None:
     for d in diagnostics:
         style = "red" if d.severity == "error" else "yellow"
-        err_console.print(f"[{style}]{d}[/{style}]", markup=True, soft_wrap=True)
+        err_console.print(f"[{style}]{escape(str(d))}[/{style}]", markup=True, soft_wrap=True)
 
 
 def refuse(message: str, code: int = EXIT_REFUSED) -> NoReturn:

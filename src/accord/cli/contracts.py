@@ -1,7 +1,266 @@
-"""`accord contracts` commands."""
+"""`accord contracts lint|diff|publish|codegen|validate|show`.
+
+Thin commands over :mod:`accord.contracts` and the artefact store. Exit codes: 0 ok, 1 the input
+is refused (lint error, incompatible change, immutable artefact, invalid message, stale generated
+code), 2 usage error (unknown contract, unreadable file, bad option). ``--json`` prints one JSON
+document on stdout and nothing else there.
+"""
 
 from __future__ import annotations
 
-import typer
+import sys
+from pathlib import Path
+from typing import Annotated
 
-app = typer.Typer(help="contracts commands", no_args_is_help=True)
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from accord.cli._common import EXIT_REFUSED, console, emit_json, print_diagnostics, usage
+from accord.cli._registry import Workspace, print_report, refused_json, summary, workspace
+from accord.contracts import compat
+from accord.contracts.canonical import contract_digest, to_canonical
+from accord.contracts.model import CapabilityContract, Contract, MessageContract
+from accord.contracts.sources import lint_paths
+from accord.errors import ContractError, ContractLintError, Diagnostic, IncompatibleChange
+
+app = typer.Typer(
+    help="Lint, diff, publish, generate and validate contracts.", no_args_is_help=True
+)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document for scripts.")]
+
+
+def _resolve(ws: Workspace, spec: str) -> Contract:
+    try:
+        return ws.resolve(spec)
+    except LookupError as exc:
+        usage(str(exc))
+    except ContractLintError as exc:
+        print_diagnostics(exc.diagnostics)
+        raise typer.Exit(EXIT_REFUSED) from exc
+
+
+@app.command()
+def lint(
+    paths: Annotated[list[Path] | None, typer.Argument(help="Files or directories.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Meta-validate contract sources (default: schemas/contracts/)."""
+    ws = workspace()
+    targets = paths or [ws.sources]
+    try:
+        contracts, diagnostics = lint_paths(targets)
+    except ContractLintError as exc:  # a named path does not exist or cannot be read
+        if json:
+            emit_json({"ok": False, "diagnostics": [d.as_dict() for d in exc.diagnostics]})
+        else:
+            print_diagnostics(exc.diagnostics)
+        raise typer.Exit(2) from exc
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if json:
+        emit_json(
+            {
+                "ok": not errors,
+                "contracts": [summary(c) for c in contracts],
+                "diagnostics": [d.as_dict() for d in diagnostics],
+            }
+        )
+    else:
+        print_diagnostics(diagnostics)
+        console.print(f"{len(contracts)} contract(s) valid, {len(errors)} error(s)")
+    raise typer.Exit(EXIT_REFUSED if errors else 0)
+
+
+@app.command()
+def diff(
+    old: Annotated[str, typer.Argument(help="File or name@version.")],
+    new: Annotated[str, typer.Argument(help="File or name@version.")],
+    mode: Annotated[str, typer.Option(help="backward | forward | full")] = "backward",
+    transitive: Annotated[bool, typer.Option(help="Check every earlier version.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Classify every change from OLD to NEW; exit 1 when NEW is incompatible in MODE."""
+    if mode not in ("backward", "forward", "full"):
+        usage(f"--mode must be backward, forward or full, not {mode!r}")
+    ws = workspace()
+    before, after = _resolve(ws, old), _resolve(ws, new)
+    if isinstance(before, MessageContract) and isinstance(after, MessageContract):
+        history = [before]
+        if transitive:
+            history = [
+                c
+                for c in ws.versions(before.name)
+                if isinstance(c, MessageContract) and c.version <= before.version
+            ]
+        reports = [compat.diff(h, after) for h in history]
+        failures = compat.check(history, after, mode, transitive=transitive)
+    elif isinstance(before, CapabilityContract) and isinstance(after, CapabilityContract):
+        reports = [compat.diff_capability(before, after)]
+        failures = [
+            Diagnostic("compat-not-" + d, f"{c.key}: {c.message}", path=c.path)
+            for c in reports[0].changes
+            for d in compat.directions(mode)
+            if not getattr(c, d)
+        ]
+    else:
+        usage(f"cannot diff a {before.kind} contract against a {after.kind} contract")
+    if json:
+        emit_json(
+            {
+                "ok": not failures,
+                "mode": mode,
+                "transitive": transitive,
+                "reports": [r.to_json() for r in reports],
+                "failures": [d.as_dict() for d in failures],
+            }
+        )
+    else:
+        for report in reports:
+            print_report(report)
+        print_diagnostics(failures)
+        verdict = "[red]incompatible[/red]" if failures else "[green]compatible[/green]"
+        console.print(f"{after.name}@{after.version}: {verdict} ({mode})")
+    raise typer.Exit(EXIT_REFUSED if failures else 0)
+
+
+@app.command()
+def publish(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Decide, write nothing.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Publish new contract versions as immutable artefacts under schemas/published/."""
+    ws = workspace()
+    try:
+        contracts, diagnostics = lint_paths([ws.sources])
+        if any(d.severity == "error" for d in diagnostics):
+            raise ContractLintError(diagnostics, "sources do not lint")
+        plan = ws.store.publish(contracts, dry_run=dry_run)
+    except (ContractLintError, IncompatibleChange) as exc:
+        refused_json(json, str(exc).splitlines()[0], exc.diagnostics)
+    except ContractError as exc:
+        refused_json(json, str(exc), ())
+    rows = [("new", c) for c in plan.new] + [("unchanged", c) for c in plan.unchanged]
+    rows += [("skipped (planned)", c) for c in plan.skipped]
+    if json:
+        emit_json(
+            {
+                "ok": True,
+                "dryRun": dry_run,
+                "contracts": [{**summary(c), "outcome": o} for o, c in rows],
+                "warnings": [d.as_dict() for d in plan.warnings],
+            }
+        )
+        return
+    print_diagnostics(plan.warnings)
+    table = Table(title="publish" + (" (dry run)" if dry_run else ""))
+    for column in ("contract", "kind", "outcome", "digest"):
+        table.add_column(column)
+    for outcome, c in rows:
+        table.add_row(f"{c.name}@{c.version}", c.kind, outcome, contract_digest(c)[:19] + "…")
+    console.print(table)
+
+
+@app.command()
+def codegen(
+    check: Annotated[
+        bool, typer.Option("--check", help="Fail if generated code is stale.")
+    ] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Generate the Python and TypeScript bindings; with --check, only compare."""
+    from accord.contracts.codegen import generate_all  # noqa: PLC0415 - heavy, this command only
+
+    try:
+        report = generate_all(workspace().root, check=check)
+    except ContractLintError as exc:
+        refused_json(json, "sources do not lint", exc.diagnostics)
+    if json:
+        emit_json(
+            {
+                "ok": report.ok,
+                "check": check,
+                "written": report.written,
+                "removed": report.removed,
+                "unchanged": len(report.unchanged),
+            }
+        )
+    else:
+        verb = "differ from a fresh generation" if check else "written"
+        for path in report.differing:
+            console.print(f"{path}: {'differs' if check else 'written'}")
+        console.print(f"{len(report.differing)} file(s) {verb}, {len(report.unchanged)} unchanged")
+    raise typer.Exit(0 if report.ok else EXIT_REFUSED)
+
+
+@app.command()
+def validate(
+    contract: Annotated[str, typer.Argument(help="name@version or a source file.")],
+    file: Annotated[str, typer.Argument(help="JSON message file, or - for stdin.")],
+    shadow: Annotated[bool, typer.Option(help="Record violations without refusing.")] = False,
+    json: JsonOpt = False,
+) -> None:
+    """Validate one JSON message against a message contract."""
+    from accord.contracts.validate import Validator  # noqa: PLC0415 - compiles schemas on import
+
+    target = _resolve(workspace(), contract)
+    if not isinstance(target, MessageContract):
+        usage(f"{contract} is a {target.kind} contract; only messages are validated")
+    try:
+        data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
+    except OSError as exc:
+        usage(f"cannot read {file}: {exc.strerror}")
+    result = Validator.for_contract(target).validate(data, mode="shadow" if shadow else "enforce")
+    violations = [{"path": v.path, "code": v.code, "message": v.message} for v in result.violations]
+    if json:
+        emit_json(
+            {
+                "ok": result.ok,
+                "accepted": result.accepted,
+                "mode": result.mode,
+                "contract": str(target.ref),
+                "violations": violations,
+            }
+        )
+    else:
+        for v in result.violations:
+            line = f"{escape(v.path or '$')}[/red] {v.code}: {escape(v.message)}"
+            console.print("[red]" + line, soft_wrap=True)
+        state = "valid" if result.ok else ("recorded (shadow)" if result.accepted else "invalid")
+        console.print(f"{target.ref}: {state}")
+    raise typer.Exit(0 if result.accepted else EXIT_REFUSED)
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="name or name@version")],
+    json: JsonOpt = False,
+) -> None:
+    """Show a contract: its canonical form, digest, status and known versions."""
+    ws = workspace()
+    if "@" in name:
+        contract = _resolve(ws, name)
+        versions = ws.versions(contract.name)
+    else:
+        versions = ws.versions(name)
+        if not versions:
+            usage(f"no contract named {name!r}")
+        contract = versions[-1]
+    published = {(c.name, c.version) for c in ws.store.published()}
+    info = {
+        **summary(contract),
+        "published": (contract.name, contract.version) in published,
+        "versions": [c.version for c in versions],
+        "contract": to_canonical(contract),
+    }
+    if json:
+        emit_json(info)
+        return
+    console.print(
+        f"[bold]{contract.kind} {contract.name}@{contract.version}[/bold] "
+        f"({contract.status}, owner {contract.owner})"
+    )
+    console.print(
+        f"digest {info['digest']}  published: {info['published']}  versions: {info['versions']}"
+    )
+    console.print_json(data=info["contract"])

@@ -205,6 +205,8 @@ class Plan:
     source: str = field(default="", compare=False)  # file the plan came from (not digested)
     digest: str = field(default="", compare=False)
     _index: Mapping[str, Stage] = field(default_factory=dict, compare=False, repr=False)
+    review_date: str | None = None  # planned definitions only (digested when set)
+    promotion_criteria: str | None = None  # planned definitions only (digested when set)
 
     @classmethod
     def create(cls, **kwargs: Any) -> Plan:
@@ -467,6 +469,11 @@ def _plan_to_json(plan: Plan, with_lines: bool) -> dict[str, Any]:
         "compiler_version": plan.compiler_version,
         "contracts": dict(sorted(plan.contracts.items())),
     }
+    # Optional additions are written only when set, so earlier plans keep their digests.
+    if plan.review_date is not None:
+        doc["review_date"] = plan.review_date
+    if plan.promotion_criteria is not None:
+        doc["promotion_criteria"] = plan.promotion_criteria
     if with_lines:
         doc["source"] = plan.source
     return doc
@@ -496,4 +503,6 @@ def _plan_from_json(doc: Mapping[str, Any]) -> Plan:
         compiler_version=doc.get("compiler_version", "1"),
         contracts=dict(doc.get("contracts", {})),
         source=doc.get("source", ""),
+        review_date=doc.get("review_date"),
+        promotion_criteria=doc.get("promotion_criteria"),
     )

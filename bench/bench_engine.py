@@ -1,0 +1,196 @@
+"""Engine throughput and latency on the model-ingest shape, next to a raw SQLite loop.
+
+Shape: ``render → fork(analyse, metadata) → join → publish``, four worker stages answered by an
+in-process no-op worker with 4 task slots over the transport (accepted, then succeeded), so each
+run is 9 transitions (start, 4 × accepted + succeeded). Backends: ``memory`` and ``sqlite`` (WAL,
+``synchronous=FULL``, store and embedded queue in one file). Figures:
+
+- ``runs_per_s`` / ``transitions_per_s``: N runs started at once, until all are terminal;
+- ``hop_p50_ms`` / ``hop_p99_ms``: end of one task (its result published) to the start of the
+  next (its job received by the worker), during the throughput phase (so including queueing
+  behind the other runs); ``hop_*_single_run``: the same with one run in flight;
+- ``single_run_p50_ms``: one run at a time, start to terminal;
+- ``cpu_ms_per_run``: process CPU (engine and worker share the process) over the throughput
+  phase, per run; ``rss_mib``: resident set size after the phase;
+- ``raw_sqlite_tx_per_s``: a bare loop of one write transaction per transition (a run-record
+  upsert plus a history insert, same file settings): the ceiling to report against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import resource
+import sqlite3
+import statistics
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from accord.adapters.clock import SystemClock
+from accord.engine.orchestrator import Delivered, Engine
+from accord.testing.plans import QUEUES, model_ingest_shape
+from accord.testing.workers import run_noop_worker
+
+PLAN = model_ingest_shape(name="bench-shape")
+NEXT = {"render": ("analyse", "metadata"), "analyse": ("publish",), "metadata": ("publish",)}
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _rss_mib() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _Tracker:
+    """Collects worker start/end times per (run, stage) and wakes waiters on terminal runs."""
+
+    def __init__(self) -> None:
+        self.start: dict[tuple[str, str], float] = {}
+        self.end: dict[tuple[str, str], float] = {}
+        self.done: dict[str, float] = {}
+        self.changed = asyncio.Event()
+
+    def observe(self, what: str, envelope: Mapping[str, Any]) -> None:
+        key = (str(envelope["runId"]), str(envelope["stage"]))
+        (self.start if what == "start" else self.end).setdefault(key, time.perf_counter())
+
+    def transition(self, done: Delivered) -> None:
+        if done.run is not None and done.run.terminal and done.run_id not in self.done:
+            self.done[done.run_id] = time.perf_counter()
+            self.changed.set()
+
+    async def wait(self, run_ids: list[str], timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while any(r not in self.done for r in run_ids):
+            self.changed.clear()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{sum(r not in self.done for r in run_ids)} runs unfinished")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), 1.0)
+
+    def hops(self, run_ids: list[str]) -> list[float]:
+        out = []
+        for rid in run_ids:
+            for stage, successors in NEXT.items():
+                for succ in successors:
+                    if succ == "publish":  # the join releases on the later branch
+                        ends = [self.end.get((rid, s)) for s in ("analyse", "metadata")]
+                        end = max((e for e in ends if e is not None), default=None)
+                    else:
+                        end = self.end.get((rid, stage))
+                    begin = self.start.get((rid, succ))
+                    if end is not None and begin is not None and stage != "metadata":
+                        out.append((begin - end) * 1000)
+        return out
+
+
+async def _measure(backend: str, n: int, singles: int, workdir: Path) -> dict[str, Any]:
+    clock = SystemClock()
+    url = "memory://" if backend == "memory" else f"sqlite:///{workdir / 'bench.db'}"
+    tracker = _Tracker()
+    engine = Engine.from_urls(url, url, clock, poll_ms=20, observers=[tracker.transition])
+    transport = engine.transport
+    await engine.register_plan(PLAN)
+    await engine.start()
+    # as `accord engine run` does: long-lived start-up objects leave the collector's scans,
+    # which otherwise cost multi-millisecond pauses in the middle of a hop
+    gc.collect()
+    gc.freeze()
+    stop = asyncio.Event()
+    worker = asyncio.get_running_loop().create_task(
+        run_noop_worker(transport, QUEUES, task_slots=4, stop=stop, observe=tracker.observe)
+    )
+    try:
+        cpu0, t0, tr0 = time.process_time(), time.perf_counter(), engine.transitions
+        runs = [await engine.start_run(PLAN.name, {"modelId": f"m{i}"}) for i in range(n)]
+        await tracker.wait(runs)
+        elapsed = time.perf_counter() - t0
+        cpu = time.process_time() - cpu0
+        transitions = engine.transitions - tr0
+        hops = tracker.hops(runs)
+        single, alone = [], []
+        for i in range(singles):
+            began = time.perf_counter()
+            rid = await engine.start_run(PLAN.name, {"modelId": f"s{i}"})
+            await tracker.wait([rid])
+            single.append((tracker.done[rid] - began) * 1000)
+            alone.append(rid)
+        idle_hops = tracker.hops(alone)
+        return {
+            "runs_per_s": round(n / elapsed, 1),
+            "transitions_per_s": round(transitions / elapsed, 1),
+            "transitions_per_run": round(transitions / n, 2),
+            "hop_p50_ms": round(_pct(hops, 0.5), 3),
+            "hop_p99_ms": round(_pct(hops, 0.99), 3),
+            "hop_p50_ms_single_run": round(_pct(idle_hops, 0.5), 3),
+            "hop_p99_ms_single_run": round(_pct(idle_hops, 0.99), 3),
+            "single_run_p50_ms": round(statistics.median(single), 3),
+            "cpu_ms_per_run": round(cpu * 1000 / n, 3),
+            "rss_mib": round(_rss_mib(), 1),
+            "conflicts": engine.conflicts,
+        }
+    finally:
+        stop.set()
+        await worker
+        await engine.stop()
+
+
+def _raw_sqlite(path: Path, transactions: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, version INT, state TEXT)")
+    conn.execute("CREATE TABLE history (id TEXT, seq INT, entry TEXT, PRIMARY KEY (id, seq))")
+    state = "x" * 2500  # about the size of a model-ingest run record as JSON
+    began = time.perf_counter()
+    for i in range(transactions):
+        run, seq = f"r{i // 9}", i % 9
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO runs VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE"
+            " SET version = excluded.version, state = excluded.state",
+            (run, seq, state),
+        )
+        conn.execute("INSERT INTO history VALUES (?, ?, ?)", (run, seq, state[:300]))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - began
+    conn.close()
+    return transactions / elapsed
+
+
+def run(smoke: bool) -> dict[str, Any]:
+    n, singles = (20, 5) if smoke else (200, 30)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="accord-bench-") as tmp:
+        for backend in ("memory", "sqlite"):
+            workdir = Path(tmp) / backend
+            workdir.mkdir()
+            out[backend] = asyncio.run(_measure(backend, n, singles, workdir))
+        out["raw_sqlite_tx_per_s"] = round(_raw_sqlite(Path(tmp) / "raw.db", n * 9), 1)
+    out["sqlite_vs_raw_ratio"] = round(
+        out["sqlite"]["transitions_per_s"] / out["raw_sqlite_tx_per_s"], 3
+    )
+    out["pid"] = os.getpid()
+    return out
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(run(smoke=False), indent=2))

@@ -1,0 +1,128 @@
+"""Rules every store adapter applies the same way, kept in one place so they cannot drift.
+
+- JSON crosses the store as canonical text; a value that is not JSON is refused before anything
+  is written (:class:`~accord.errors.StoreError` naming the field).
+- ``Commit.index`` maps to searchable columns: ``status``, ``workflow`` and ``tenant`` are
+  columns, ``updated_at`` (epoch ms as a string; the store's clock when absent) orders
+  :meth:`list_runs`, and any other key is a label. A key absent from a commit keeps its value.
+- Filter and label names are identifiers (``[A-Za-z_][A-Za-z0-9_]*``), never free text, so no
+  caller-supplied string is ever spliced into SQL or a key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from accord.canonical import canonical_json
+from accord.engine.ports import Commit
+from accord.errors import StoreError
+
+__all__ = [
+    "COLUMNS",
+    "SHARED_OPTS",
+    "activation_rows",
+    "check_commit",
+    "dump",
+    "int_option",
+    "plan_changed",
+    "run_filters_sql",
+    "split_index",
+    "unknown_plan",
+    "updated_at",
+]
+
+COLUMNS = ("status", "workflow", "tenant")
+# A store URL may carry the embedded transport's options, so one URL opens both.
+SHARED_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def dump(value: Any, what: str) -> str:
+    try:
+        return canonical_json(value).decode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def load(text: str) -> Any:
+    return json.loads(text)
+
+
+def check_commit(commit: Commit) -> None:
+    if commit.expected_version < 0:
+        raise StoreError(f"commit of {commit.run_id!r}: expected_version must be >= 0")
+    if not commit.run_id:
+        raise StoreError("commit: run_id is empty")
+    for key in commit.index:
+        _check_name(key, "index key")
+
+
+def _check_name(name: str, what: str) -> None:
+    if not _NAME.match(name):
+        raise StoreError(f"{what} {name!r} is not an identifier ([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def split_index(index: Mapping[str, str]) -> tuple[tuple[str | None, ...], dict[str, str]]:
+    columns = tuple(index.get(c) for c in COLUMNS)
+    labels = {k: v for k, v in index.items() if k not in COLUMNS and k != "updated_at"}
+    return columns, labels
+
+
+def updated_at(index: Mapping[str, str], now_ms: int) -> int:
+    raw = index.get("updated_at")
+    if raw is None:
+        return now_ms
+    try:
+        return int(raw)
+    except ValueError:
+        raise StoreError(f"index updated_at={raw!r}: expected epoch milliseconds") from None
+
+
+def run_filters_sql(filters: Mapping[str, str]) -> tuple[str, list[str]]:
+    """``WHERE`` clause and parameters for :meth:`Store.list_runs` filters."""
+    clauses, params = [], []
+    for key, value in sorted(filters.items()):
+        _check_name(key, "list_runs filter")
+        if key in COLUMNS:
+            clauses.append(f"{key} = ?")
+        else:
+            clauses.append(f"json_extract(labels, '$.{key}') = ?")
+        params.append(value)
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def matches(columns: Mapping[str, str | None], labels: Mapping[str, str], **filters: str) -> bool:
+    for key, value in filters.items():
+        _check_name(key, "list_runs filter")
+        have = columns.get(key) if key in COLUMNS else labels.get(key)
+        if have != value:
+            return False
+    return True
+
+
+def int_option(options: Mapping[str, str], name: str, default: int) -> int:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"option {name}={raw!r}: expected an integer") from None
+
+
+def plan_changed(digest: str) -> str:
+    return f"plan {digest} is already stored with different content; plans are immutable"
+
+
+def unknown_plan(workflow: str, digest: str) -> str:
+    return f"cannot activate {digest} for workflow {workflow!r}: no plan stored under that digest"
+
+
+def activation_rows(rows: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    last = len(rows) - 1
+    return [
+        {"digest": d, "activated_at_ms": at, "active": i == last} for i, (d, at) in enumerate(rows)
+    ]

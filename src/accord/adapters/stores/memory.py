@@ -1,0 +1,194 @@
+"""The in-process store: the SQLite store's semantics over dicts, for tests and the testing API.
+
+Every value is kept as canonical JSON text and parsed on the way out, exactly as the SQLite store
+does, so a caller can never mutate stored state through a returned object and a value that is not
+JSON is refused the same way. A commit is validated in full before anything is touched, then
+applied without an ``await`` in between: it lands entirely or not at all. Leases use the same
+``avail_at`` rule as the SQLite store (claimable when ``avail_at <= now``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from accord.adapters import _store_rules as rules
+from accord.adapters.clock import SystemClock
+from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
+from accord.errors import ConflictError, ImmutableArtefactError, StoreError
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _Run:
+    version: int
+    state: str
+    columns: dict[str, str | None]
+    labels: dict[str, str]
+    updated_at: int
+    history: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Leased:
+    """An outbox entry or a timer plus its lease; ``order`` breaks ``avail_at`` ties."""
+
+    item: tuple[Any, ...]  # (id, run_id, topic-or-due, payload text, created_at?)
+    avail_at: int
+    order: int
+    owner: str | None = None
+
+
+class MemoryStore:
+    """:class:`~accord.engine.ports.Store` in process memory (see the module docstring)."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._lock = asyncio.Lock()
+        self._runs: dict[str, _Run] = {}
+        self._outbox: dict[str, _Leased] = {}
+        self._timers: dict[str, _Leased] = {}
+        self._plans: dict[str, str] = {}
+        self._activations: dict[str, list[tuple[str, int]]] = {}
+        self._capabilities: dict[str, tuple[tuple[str, ...], int]] = {}
+        self._order = itertools.count()
+
+    async def load(self, run_id: str) -> StoredRun | None:
+        run = self._runs.get(run_id)
+        return None if run is None else StoredRun(run_id, run.version, json.loads(run.state))
+
+    async def commit(self, commit: Commit) -> int:
+        rules.check_commit(commit)
+        now = self.clock.now_ms()
+        state = rules.dump(commit.state, "state")
+        history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
+        outbox = [
+            (e.entry_id, e.run_id, e.topic, rules.dump(e.payload, f"outbox[{i}].payload"),
+             e.created_at_ms or now)
+            for i, e in enumerate(commit.outbox)
+        ]  # fmt: skip
+        timers = [
+            (t.timer_id, t.run_id, t.due_at_ms, rules.dump(t.payload, f"timers_set[{i}]"))
+            for i, t in enumerate(commit.timers_set)
+        ]  # fmt: skip
+        cols, labels = rules.split_index(commit.index)
+        updated_at = rules.updated_at(commit.index, now)
+        async with self._lock:
+            run = self._runs.get(commit.run_id)
+            if commit.expected_version == 0 and run is not None:
+                raise ConflictError(f"run {commit.run_id!r} already exists (expected to create it)")
+            if commit.expected_version and (run is None or run.version != commit.expected_version):
+                raise ConflictError(
+                    f"run {commit.run_id!r} is not at version {commit.expected_version}"
+                )
+            ids = [o[0] for o in outbox]
+            duplicate = next(
+                (i for n, i in enumerate(ids) if i in self._outbox or i in ids[:n]), None
+            )
+            if duplicate is not None:
+                raise StoreError(f"commit failed: outbox entry id {duplicate!r} is not unique")
+            # validated: from here on nothing can fail, so the commit lands whole
+            if run is None:
+                run = _Run(0, state, dict(zip(rules.COLUMNS, cols, strict=True)), {}, updated_at)
+                self._runs[commit.run_id] = run
+            run.version += 1
+            run.state = state
+            run.history.extend(history)
+            run.updated_at = updated_at
+            run.columns.update(
+                {k: v for k, v in zip(rules.COLUMNS, cols, strict=True) if v is not None}
+            )
+            run.labels.update(labels)
+            for entry in outbox:
+                self._outbox[entry[0]] = _Leased(entry, 0, next(self._order))
+            for timer_id in commit.timers_cancel:
+                self._timers.pop(timer_id, None)
+            for timer in timers:
+                self._timers[timer[0]] = _Leased(timer, timer[2], next(self._order))
+            return run.version
+
+    async def history(self, run_id: str) -> list[dict[str, Any]]:
+        run = self._runs.get(run_id)
+        return [] if run is None else [json.loads(h) for h in run.history]
+
+    @staticmethod
+    def _claim(
+        rows: dict[str, _Leased], now: int, limit: int, owner: str, lease_ms: int
+    ) -> list[_Leased]:
+        due = sorted(
+            (r for r in rows.values() if r.avail_at <= now), key=lambda r: (r.avail_at, r.order)
+        )
+        for row in due[:limit]:
+            row.avail_at, row.owner = now + lease_ms, owner
+        return due[:limit]
+
+    async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
+        async with self._lock:
+            claimed = self._claim(self._timers, now_ms, limit, owner, lease_ms)
+        timers = [Timer(i[0], i[1], i[2], json.loads(i[3])) for i in (r.item for r in claimed)]
+        return sorted(timers, key=lambda t: (t.due_at_ms, t.timer_id))
+
+    async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
+        async with self._lock:
+            claimed = self._claim(self._outbox, self.clock.now_ms(), limit, owner, lease_ms)
+        claimed.sort(key=lambda r: r.order)
+        return [
+            OutboxEntry(i[0], i[1], i[2], json.loads(i[3]), i[4]) for i in (r.item for r in claimed)
+        ]
+
+    async def outbox_done(self, entry_ids: Sequence[str]) -> None:
+        for entry_id in entry_ids:
+            self._outbox.pop(entry_id, None)
+
+    async def list_runs(self, limit: int = 100, **filters: str) -> list[StoredRun]:
+        hits = [
+            (-run.updated_at, run_id, run)
+            for run_id, run in self._runs.items()
+            if rules.matches(run.columns, run.labels, **filters)
+        ]
+        hits.sort(key=lambda h: (h[0], h[1]))
+        return [StoredRun(rid, run.version, json.loads(run.state)) for _, rid, run in hits[:limit]]
+
+    async def put_plan(self, digest: str, document: dict[str, Any]) -> None:
+        text = rules.dump(document, "plan")
+        known = self._plans.setdefault(digest, text)
+        if known != text:
+            raise ImmutableArtefactError(rules.plan_changed(digest))
+
+    async def get_plan(self, digest: str) -> dict[str, Any] | None:
+        text = self._plans.get(digest)
+        return None if text is None else dict(json.loads(text))
+
+    async def set_active(self, workflow: str, digest: str) -> None:
+        if digest not in self._plans:
+            raise StoreError(rules.unknown_plan(workflow, digest))
+        self._activations.setdefault(workflow, []).append((digest, self.clock.now_ms()))
+
+    async def get_active(self, workflow: str) -> str | None:
+        rows = self._activations.get(workflow)
+        return rows[-1][0] if rows else None
+
+    async def plan_versions(self, workflow: str) -> list[dict[str, Any]]:
+        """Every activation of ``workflow``, oldest first (see ``SqliteStore.plan_versions``)."""
+        return rules.activation_rows(list(self._activations.get(workflow, [])))
+
+    async def announce(
+        self, worker_id: str, capabilities: Sequence[str], expires_at_ms: int
+    ) -> None:
+        self._capabilities[worker_id] = (tuple(dict.fromkeys(capabilities)), expires_at_ms)
+
+    async def live_capabilities(self, now_ms: int) -> dict[str, list[str]]:
+        live: dict[str, list[str]] = {}
+        for worker_id, (caps, expires_at) in sorted(self._capabilities.items()):
+            if expires_at > now_ms:
+                for capability in caps:
+                    live.setdefault(capability, []).append(worker_id)
+        return dict(sorted(live.items()))
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,199 @@
+"""The distributed store: run state, history, outbox, timers and plans in Redis.
+
+One :meth:`RedisStore.commit` is one run of ``commit-8.lua``: compare-and-set on the run record's
+version, history append, outbox entries into the shard's stream, timer cancellations and upserts
+into the shard's timer set, and the run-index update, all in one script, so they land together or
+not at all (the script validates everything before its first write). Keys and the Cluster story
+are in ``keys.py``; the scripts' protocols in their own headers.
+
+- Outbox: a stream per shard with consumer group ``accord``. :meth:`claim_outbox` reads new
+  entries with ``XREADGROUP`` and re-takes entries whose lease lapsed with ``XCLAIM``; leases are
+  kept in the store's clock (a sorted set per shard), like every other store, so a crashed
+  dispatcher's entries come back after ``lease_ms`` of store time. :meth:`outbox_done` acks and
+  deletes.
+- Timers: a sorted set per shard scored by ``avail_at``; claims are one atomic script.
+- Shards are polled in turn from a rotating start, so dispatchers and timer services spread out.
+- Plans are immutable (``SET NX``, then compare); activations are a list per workflow; worker
+  announcements a sorted set by expiry.
+
+Open with :func:`accord.adapters.open_store` (the startup checks of ``_server.py`` run on first
+use) or ``await RedisStore.connect(url)`` (checks run before it returns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from accord.adapters import _store_rules as rules
+from accord.adapters.clock import SystemClock
+from accord.adapters.stores.redis import _listing
+from accord.adapters.stores.redis._catalog import Catalog
+from accord.adapters.stores.redis._commit_args import commit_args
+from accord.adapters.stores.redis._scripts import ScriptCode, Scripts
+from accord.adapters.stores.redis._server import check_server, open_client, redis_errors, split_url
+from accord.adapters.stores.redis.keys import StoreKeys
+from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
+from accord.errors import ConflictError, StoreError
+
+__all__ = ["RedisStore"]
+
+
+class RedisStore(Catalog):
+    """:class:`~accord.engine.ports.Store` on Redis 7 (see the module docstring)."""
+
+    def __init__(
+        self, client: Any, keys: StoreKeys, clock: Clock | None = None, where: str = ""
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.clock: Clock = clock or SystemClock()
+        self.where = where
+        self.scripts = Scripts(client)
+        self._checked = False
+        self._check_lock = asyncio.Lock()
+        self._turn = 0
+        self._entry_shard: dict[str, int] = {}  # outbox entry id -> shard, for outbox_done
+
+    @classmethod
+    def from_url(cls, url: str, clock: Clock | None = None) -> RedisStore:
+        plain, prefix, shards = split_url(url)
+        where = urlsplit(url).hostname or "localhost"
+        where += f":{urlsplit(url).port or 6379}"
+        return cls(open_client(plain), StoreKeys(prefix, shards), clock, where)
+
+    @classmethod
+    async def connect(cls, url: str, clock: Clock | None = None) -> RedisStore:
+        """Open and run the startup checks now; :class:`StoreError` if Redis is refused."""
+        try:
+            store = cls.from_url(url, clock)
+        except ValueError as exc:
+            raise StoreError(f"store URL {url!r}: {exc}") from exc
+        try:
+            await store.ready()
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    async def ready(self) -> None:
+        if not self._checked:
+            async with self._check_lock:
+                if not self._checked:
+                    await check_server(self.client, self.keys, self.where)
+                    self._checked = True
+
+    async def load(self, run_id: str) -> StoredRun | None:
+        await self.ready()
+        try:
+            key = self.keys.run(run_id).record
+        except StoreError:
+            return None  # a run id that cannot be stored names no run
+        async with redis_errors("load"):
+            version, state = await self.client.hmget(key, "v", "state")
+        return None if version is None else StoredRun(run_id, int(version), json.loads(state))
+
+    async def commit(self, commit: Commit) -> int:
+        rules.check_commit(commit)
+        keys = self.keys.run(commit.run_id)
+        args = commit_args(commit, self.clock.now_ms())
+        await self.ready()
+        async with redis_errors("commit"):
+            reply = await self.scripts.commit(keys=keys.commit_keys(), args=args)
+        code = int(reply[0])
+        if code > 0:
+            return code
+        detail = str(reply[1]) if len(reply) > 1 else ""
+        run = commit.run_id
+        if code == ScriptCode.RUN_EXISTS:
+            raise ConflictError(f"run {run!r} already exists (expected to create it)")
+        if code == ScriptCode.VERSION_MISMATCH:
+            raise ConflictError(f"run {run!r} is not at version {commit.expected_version}")
+        if code in (ScriptCode.OUTBOX_ID_TWICE, ScriptCode.OUTBOX_ID_PENDING):
+            raise StoreError(f"commit failed: outbox entry id {detail!r} is not unique")
+        raise StoreError(f"commit of {run!r}: the commit script refused its arguments: {detail}")
+
+    async def history(self, run_id: str) -> list[dict[str, Any]]:
+        await self.ready()
+        try:
+            key = self.keys.run(run_id).history
+        except StoreError:
+            return []
+        async with redis_errors("history"):
+            entries = await self.client.lrange(key, 0, -1)
+        return [json.loads(e) for e in entries]
+
+    def _shard_order(self) -> list[int]:
+        count = self.keys.shard_count
+        start, self._turn = self._turn, (self._turn + 1) % count
+        return [(start + n) % count for n in range(count)]
+
+    async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
+        await self.ready()
+        timers: list[Timer] = []
+        for shard in self._shard_order():
+            if len(timers) >= limit:
+                break
+            s = self.keys.shards[shard]
+            async with redis_errors("claim_timers"):
+                flat = await self.scripts.claim_timers(
+                    keys=[s.timers, s.timer_data, s.timer_owner],
+                    args=[now_ms, now_ms + lease_ms, limit - len(timers), owner],
+                )
+            for timer_id, data in zip(flat[::2], flat[1::2], strict=True):
+                run_id, due, payload = json.loads(data)
+                timers.append(Timer(timer_id, run_id, due, payload))
+        return sorted(timers, key=lambda t: (t.due_at_ms, t.timer_id))
+
+    async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
+        await self.ready()
+        now = self.clock.now_ms()
+        claimed: list[tuple[tuple[int, int], OutboxEntry]] = []
+        for shard in self._shard_order():
+            if len(claimed) >= limit:
+                break
+            s = self.keys.shards[shard]
+            async with redis_errors("claim_outbox"):
+                flat = await self.scripts.claim_outbox(
+                    keys=[s.outbox, s.outbox_lease],
+                    args=[now, now + lease_ms, limit - len(claimed), owner],
+                )
+            for n in range(0, len(flat), 6):
+                sid, entry_id, run_id, topic, payload, created = flat[n : n + 6]
+                ms, seq = sid.split("-")
+                self._entry_shard[entry_id] = shard
+                entry = OutboxEntry(entry_id, run_id, topic, json.loads(payload), int(created))
+                claimed.append(((int(ms), int(seq)), entry))
+        if len(self._entry_shard) > 100_000:  # a claim never marked done: forget, fall back
+            self._entry_shard.clear()
+        return [entry for _, entry in sorted(claimed, key=lambda c: c[0])]
+
+    async def outbox_done(self, entry_ids: Sequence[str]) -> None:
+        if not entry_ids:
+            return
+        await self.ready()
+        by_shard: dict[int, list[str]] = {}
+        for entry_id in entry_ids:
+            shard = self._entry_shard.pop(entry_id, None)
+            targets = range(self.keys.shard_count) if shard is None else (shard,)
+            for n in targets:  # an id claimed elsewhere: ask every shard (unknown ids are no-ops)
+                by_shard.setdefault(n, []).append(entry_id)
+        pipe = self.client.pipeline(transaction=False)
+        for shard, ids in by_shard.items():
+            s = self.keys.shards[shard]
+            await self.scripts.done_outbox(
+                keys=[s.outbox, s.outbox_ids, s.outbox_lease], args=ids, client=pipe
+            )
+        async with redis_errors("outbox_done"):
+            await pipe.execute()
+
+    async def list_runs(self, limit: int = 100, **filters: str) -> list[StoredRun]:
+        await self.ready()
+        async with redis_errors("list_runs"):
+            return await _listing.list_runs(self.client, self.keys, limit, filters)
+
+    async def close(self) -> None:
+        await self.client.aclose()

@@ -1,0 +1,90 @@
+"""``list_runs`` over the per-shard lexicographic run index.
+
+Each shard's ``idx`` sorted set holds, for every run, one entry ``*|order|run`` and one entry
+``field=<len>:value|order|run`` per index value (``order`` is 15 digits of inverted
+``updated_at``). A filter is therefore a lexicographic range whose entries already come newest
+first and then by run id, exactly the order the SQL stores use. The first filter (by name) picks
+the range; further filters are checked against the run's stored index values, page by page.
+Shards are read concurrently and merged; the run records are read in one pipeline at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from accord.adapters.stores.redis.keys import StoreKeys, index_prefix
+from accord.engine.ports import StoredRun
+from accord.errors import StoreError
+
+__all__ = ["list_runs"]
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PAGE = 200
+
+
+async def list_runs(
+    client: Any, keys: StoreKeys, limit: int, filters: dict[str, str]
+) -> list[StoredRun]:
+    for name in filters:
+        if not _NAME.match(name):
+            raise StoreError(
+                f"list_runs filter {name!r} is not an identifier ([A-Za-z_][A-Za-z0-9_]*)"
+            )
+    if limit <= 0:
+        return []
+    items = sorted(filters.items())
+    prefix = index_prefix(*items[0]) if items else "*|"
+    rest = dict(items[1:])
+    found = await asyncio.gather(
+        *(_shard_hits(client, keys, n, prefix, rest, limit=limit) for n in range(keys.shard_count))
+    )
+    best = sorted(hit for hits in found for hit in hits)[:limit]
+    pipe = client.pipeline(transaction=False)
+    for _, run_id in best:
+        pipe.hmget(keys.run(run_id).record, "v", "state")
+    rows = await pipe.execute() if best else []
+    return [
+        StoredRun(run_id, int(v), json.loads(state))
+        for (_, run_id), (v, state) in zip(best, rows, strict=True)
+        if v is not None
+    ]
+
+
+async def _shard_hits(
+    client: Any, keys: StoreKeys, shard: int, prefix: str, rest: dict[str, str], *, limit: int
+) -> list[tuple[str, str]]:
+    """Up to ``limit`` ``(order, run id)`` of one shard matching every filter, best first."""
+    index = keys.shards[shard].index
+    low, high = "[" + prefix, "(" + prefix[:-1] + "}"  # "}" sorts right after "|"
+    hits: list[tuple[str, str]] = []
+    offset = 0
+    while len(hits) < limit:
+        page = limit - len(hits) if not rest else _PAGE
+        members = await client.zrange(index, low, high, bylex=True, offset=offset, num=page)
+        offset += len(members)
+        tail = [m[len(prefix) :] for m in members]
+        candidates = [(t[:15], t[16:]) for t in tail]
+        if rest and candidates:
+            candidates = await _keep_matching(client, keys, candidates, rest)
+        hits += candidates
+        if len(members) < page:
+            break
+    return hits[:limit]
+
+
+async def _keep_matching(
+    client: Any, keys: StoreKeys, candidates: list[tuple[str, str]], rest: dict[str, str]
+) -> list[tuple[str, str]]:
+    pipe = client.pipeline(transaction=False)
+    for _, run_id in candidates:
+        pipe.hget(keys.run(run_id).record, "ix")
+    stored = await pipe.execute()
+    kept = []
+    for hit, text in zip(candidates, stored, strict=True):
+        values = json.loads(text) if text else {}
+        if all(values.get(k) == v for k, v in rest.items()):
+            kept.append(hit)
+    return kept

@@ -1,0 +1,136 @@
+"""Connecting to Redis: URL options, the startup checks, and error translation.
+
+``redis://[user:password@]host:port/db?prefix=accord&shards=8`` (``rediss://`` for TLS). ``prefix``
+and ``shards`` belong to the store (see ``keys.py``); every other query option goes to redis-py
+(``socket_timeout``, ``health_check_interval``, …).
+
+Startup refuses a Redis that could lose run state silently: ``maxmemory-policy`` must be
+``noeviction`` (an evicting Redis drops keys to make room, which for a run store means runs,
+history or outbox entries vanishing); Redis must be 7.0 or newer (script flags, stream claims);
+and the keyspace's shard count must match the one it was created with. Persistence switched off
+is allowed, for tests and caches, but logged as a warning: a restart then loses every run.
+
+Errors are translated at this edge: a connection or timeout problem becomes a retryable
+:class:`~accord.errors.StoreError`; a write refused for memory (``OOM``) becomes a retryable
+StoreError that says nothing was written (scripts are flagged to be refused whole, never half-run).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+from redis import exceptions as rx
+
+from accord.adapters.stores.redis.keys import StoreKeys
+from accord.errors import StoreError
+
+__all__ = ["check_server", "open_client", "redis_errors", "split_url"]
+
+log = logging.getLogger("accord.store.redis")
+DEFAULT_PREFIX, DEFAULT_SHARDS = "accord", 8
+_OURS = {"prefix", "shards"}
+
+
+def split_url(url: str) -> tuple[str, str, int]:
+    """``(url for redis-py, prefix, shards)``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(f"expected a redis:// or rediss:// URL, got scheme {parts.scheme!r}")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in pairs if k in _OURS}
+    rest = [(k, v) for k, v in pairs if k not in _OURS]
+    try:
+        shards = int(ours.get("shards", DEFAULT_SHARDS))
+    except ValueError:
+        raise ValueError(f"option shards={ours['shards']!r}: expected an integer") from None
+    return (
+        urlunsplit(parts._replace(query=urlencode(rest))),
+        ours.get("prefix", DEFAULT_PREFIX),
+        shards,
+    )
+
+
+def open_client(url: str) -> Any:
+    try:
+        return aioredis.from_url(url, decode_responses=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"redis-py refused the URL options: {exc}") from exc
+
+
+@asynccontextmanager
+async def redis_errors(operation: str) -> AsyncIterator[None]:
+    """Translate redis-py exceptions raised inside the block into :class:`StoreError`."""
+    try:
+        yield
+    except (rx.ConnectionError, rx.TimeoutError) as exc:
+        raise StoreError(f"Redis {operation}: connection problem: {exc}", retryable=True) from exc
+    except rx.ResponseError as exc:
+        text = str(exc)
+        if isinstance(exc, rx.OutOfMemoryError) or "maxmemory" in text:
+            raise StoreError(
+                f"Redis {operation}: refused, Redis is at maxmemory (noeviction); nothing was"
+                " written. Free memory or raise maxmemory.",
+                retryable=True,
+            ) from exc
+        raise StoreError(f"Redis {operation}: {text}") from exc
+    except rx.RedisError as exc:
+        raise StoreError(f"Redis {operation}: {exc}") from exc
+
+
+async def check_server(client: Any, keys: StoreKeys, where: str) -> None:
+    """The startup checks of the module docstring; raises :class:`StoreError` on refusal."""
+    async with redis_errors("startup check"):
+        server = await client.info("server")
+        memory = await client.info("memory")
+        persistence = await client.info("persistence")
+        version = str(server.get("redis_version", "0"))
+        if tuple(int(p) for p in version.split(".")[:2]) < (7, 0):
+            raise StoreError(f"Redis at {where} is version {version}; the store needs 7.0 or newer")
+        policy = str(memory.get("maxmemory_policy", "unknown"))
+        if policy != "noeviction":
+            raise StoreError(
+                f"Redis at {where} has maxmemory-policy={policy}; refusing to use it as the run"
+                " store: an evicting Redis silently deletes run state, history and outbox entries."
+                " Set `maxmemory-policy noeviction` (CONFIG SET maxmemory-policy noeviction, and"
+                " in redis.conf)."
+            )
+        await _warn_on_persistence(client, persistence, where)
+        await client.hsetnx(keys.meta, "shards", keys.shard_count)
+        recorded = await client.hget(keys.meta, "shards")
+    if recorded is not None and int(recorded) != keys.shard_count:
+        raise StoreError(
+            f"keyspace {keys.prefix!r} at {where} was created with shards={recorded}; this store"
+            f" was opened with shards={keys.shard_count}. Open it with ?shards={recorded}."
+        )
+
+
+async def _warn_on_persistence(client: Any, persistence: dict[str, Any], where: str) -> None:
+    if int(persistence.get("aof_enabled", 0)):
+        try:
+            fsync = (await client.config_get("appendfsync")).get("appendfsync", "unknown")
+        except rx.ResponseError:  # CONFIG may be denied by ACLs or renamed by a provider
+            fsync = "unknown"
+        if fsync != "always":
+            log.info(
+                "Redis at %s: AOF with appendfsync=%s; up to ~1 s of acknowledged commits can"
+                " be lost on a crash (see docs/redis.md)",
+                where,
+                fsync,
+            )
+        return
+    try:
+        save = (await client.config_get("save")).get("save", "")
+    except rx.ResponseError:
+        save = "unknown"
+    what = "only RDB snapshots" if save else "no persistence (no AOF, no RDB)"
+    log.warning(
+        "Redis at %s has %s: a restart loses run state committed since the last snapshot;"
+        " production needs appendonly yes with appendfsync always (see docs/redis.md)",
+        where,
+        what,
+    )

@@ -1,0 +1,214 @@
+"""The embedded default store: run state, history, outbox, timers and plans in one SQLite file.
+
+One :meth:`SqliteStore.commit` is one ``BEGIN IMMEDIATE`` transaction: compare-and-set on
+``accord_runs.version`` (an ``UPDATE … WHERE version = ?`` that must touch exactly one row, or an
+``INSERT`` that must not find one when creating), then the history rows, outbox rows, timer
+cancellations and timer upserts, in that order. Any failure rolls the whole transaction back, so a
+losing writer sees :class:`~accord.errors.ConflictError` with nothing changed and reloads.
+
+Leases use one ``avail_at`` column per claimable row: a row is claimable when ``avail_at <= now``;
+claiming sets it to ``now + lease``; so a lapsed lease needs no sweeper, and one index serves the
+claim. Re-setting a timer replaces its due time and clears the lease. Outbox entries are deleted
+when done. JSON is stored as canonical text. Several processes may share the file; each opens its
+own store, and the write lock of ``BEGIN IMMEDIATE`` plus the CAS keeps them correct.
+
+URL options: ``synchronous`` (FULL by default), ``busy_timeout_ms`` (5000).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from accord.adapters import _store_rules as rules
+from accord.adapters._sqlite import Database, parse_sqlite_url
+from accord.adapters.clock import SystemClock
+from accord.adapters.stores.sqlite_catalog import SqliteCatalog
+from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
+from accord.errors import ConflictError
+
+__all__ = ["SCHEMA", "SqliteStore"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS accord_runs (
+  run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL,
+  history_len INTEGER NOT NULL, status TEXT, workflow TEXT, tenant TEXT,
+  updated_at INTEGER NOT NULL, labels TEXT NOT NULL DEFAULT '{}') WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS accord_runs_status ON accord_runs (status, updated_at);
+CREATE INDEX IF NOT EXISTS accord_runs_workflow ON accord_runs (workflow, updated_at);
+CREATE INDEX IF NOT EXISTS accord_runs_tenant ON accord_runs (tenant, updated_at);
+CREATE INDEX IF NOT EXISTS accord_runs_updated ON accord_runs (updated_at);
+CREATE TABLE IF NOT EXISTS accord_history (
+  run_id TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL,
+  PRIMARY KEY (run_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS accord_outbox (
+  entry_id TEXT NOT NULL UNIQUE, run_id TEXT NOT NULL, topic TEXT NOT NULL,
+  payload TEXT NOT NULL, created_at INTEGER NOT NULL, avail_at INTEGER NOT NULL, owner TEXT);
+CREATE INDEX IF NOT EXISTS accord_outbox_pending ON accord_outbox (avail_at);
+CREATE TABLE IF NOT EXISTS accord_timers (
+  timer_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, due_at INTEGER NOT NULL,
+  payload TEXT NOT NULL, avail_at INTEGER NOT NULL, owner TEXT);
+CREATE INDEX IF NOT EXISTS accord_timers_due ON accord_timers (avail_at);
+CREATE TABLE IF NOT EXISTS accord_plans (
+  digest TEXT PRIMARY KEY, document TEXT NOT NULL, stored_at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS accord_activations (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, workflow TEXT NOT NULL, digest TEXT NOT NULL,
+  activated_at INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS accord_activations_wf ON accord_activations (workflow, id);
+CREATE TABLE IF NOT EXISTS accord_capabilities (
+  worker_id TEXT NOT NULL, capability TEXT NOT NULL, expires_at INTEGER NOT NULL,
+  PRIMARY KEY (worker_id, capability)) WITHOUT ROWID
+"""
+
+_INSERT_RUN = (
+    "INSERT INTO accord_runs (run_id, version, state, history_len, status, workflow, tenant,"
+    " updated_at, labels) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
+)
+_UPDATE_RUN = (
+    "UPDATE accord_runs SET version = version + 1, state = ?, history_len = history_len + ?,"
+    " status = coalesce(?, status), workflow = coalesce(?, workflow),"
+    " tenant = coalesce(?, tenant), updated_at = ?, labels = json_patch(labels, ?)"
+    " WHERE run_id = ? AND version = ? RETURNING history_len"
+)
+_INSERT_HISTORY = "INSERT INTO accord_history (run_id, seq, entry) VALUES (?, ?, ?)"
+_INSERT_OUTBOX = (
+    "INSERT INTO accord_outbox (entry_id, run_id, topic, payload, created_at, avail_at)"
+    " VALUES (?, ?, ?, ?, ?, 0)"
+)
+_CANCEL_TIMER = "DELETE FROM accord_timers WHERE timer_id = ?"
+_UPSERT_TIMER = (
+    "INSERT INTO accord_timers (timer_id, run_id, due_at, payload, avail_at) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (timer_id) DO UPDATE SET run_id = excluded.run_id, due_at = excluded.due_at,"
+    " payload = excluded.payload, avail_at = excluded.due_at, owner = NULL"
+)
+
+
+class SqliteStore(SqliteCatalog):
+    """:class:`~accord.engine.ports.Store` over one SQLite file (see the module docstring)."""
+
+    def __init__(self, db: Database, clock: Clock | None = None, *, owns_db: bool = True) -> None:
+        self.db = db
+        self.clock: Clock = clock or SystemClock()
+        self._owns_db = owns_db
+        db.ensure_schema(SCHEMA)
+
+    @classmethod
+    def from_url(cls, url: str, clock: Clock | None = None) -> SqliteStore:
+        path, opts = parse_sqlite_url(url, {"synchronous", "busy_timeout_ms", *rules.SHARED_OPTS})
+        db = Database(
+            path,
+            synchronous=opts.get("synchronous", "FULL"),
+            busy_timeout_ms=rules.int_option(opts, "busy_timeout_ms", 5000),
+        )
+        return cls(db, clock)
+
+    async def load(self, run_id: str) -> StoredRun | None:
+        def read(conn: sqlite3.Connection) -> StoredRun | None:
+            row = conn.execute(
+                "SELECT version, state FROM accord_runs WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            return None if row is None else StoredRun(run_id, row[0], json.loads(row[1]))
+
+        return await self.db.read(read, "load")
+
+    async def commit(self, commit: Commit) -> int:
+        rules.check_commit(commit)
+        now = self.clock.now_ms()
+        state = rules.dump(commit.state, "state")
+        history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
+        outbox = [
+            (e.entry_id, e.run_id, e.topic, rules.dump(e.payload, f"outbox[{i}].payload"),
+             e.created_at_ms or now)
+            for i, e in enumerate(commit.outbox)
+        ]  # fmt: skip
+        timers = [
+            (t.timer_id, t.run_id, t.due_at_ms, rules.dump(t.payload, f"timers_set[{i}]"),
+             t.due_at_ms)
+            for i, t in enumerate(commit.timers_set)
+        ]  # fmt: skip
+        cols, labels = rules.split_index(commit.index)
+        updated_at = rules.updated_at(commit.index, now)
+        labels_json = rules.dump(labels, "index")
+        run_id, expected = commit.run_id, commit.expected_version
+
+        def body(conn: sqlite3.Connection) -> int:
+            if expected == 0:
+                cur = conn.execute(
+                    _INSERT_RUN,
+                    (run_id, state, len(history), *cols, updated_at, labels_json),
+                )
+                if cur.rowcount != 1:
+                    raise ConflictError(f"run {run_id!r} already exists (expected to create it)")
+                first = 0
+            else:
+                row = conn.execute(
+                    _UPDATE_RUN,
+                    (state, len(history), *cols, updated_at, labels_json, run_id, expected),
+                ).fetchone()
+                if row is None:
+                    raise ConflictError(f"run {run_id!r} is not at version {expected}")
+                first = row[0] - len(history)
+            if history:
+                conn.executemany(
+                    _INSERT_HISTORY, [(run_id, first + i, h) for i, h in enumerate(history)]
+                )
+            if outbox:
+                conn.executemany(_INSERT_OUTBOX, outbox)
+            if commit.timers_cancel:
+                conn.executemany(_CANCEL_TIMER, [(t,) for t in commit.timers_cancel])
+            if timers:
+                conn.executemany(_UPSERT_TIMER, timers)
+            return expected + 1
+
+        return await self.db.write(body, "commit")
+
+    async def history(self, run_id: str) -> list[dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT entry FROM accord_history WHERE run_id = ? ORDER BY seq", (run_id,)
+            )
+            return [json.loads(r[0]) for r in rows]
+
+        return await self.db.read(read, "history")
+
+    async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
+        def claim(conn: sqlite3.Connection) -> list[Timer]:
+            rows = conn.execute(
+                "UPDATE accord_timers SET owner = ?, avail_at = ? WHERE timer_id IN ("
+                " SELECT timer_id FROM accord_timers WHERE avail_at <= ? ORDER BY avail_at"
+                " LIMIT ?) RETURNING timer_id, run_id, due_at, payload",
+                (owner, now_ms + lease_ms, now_ms, limit),
+            ).fetchall()
+            timers = [Timer(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+            return sorted(timers, key=lambda t: (t.due_at_ms, t.timer_id))
+
+        return await self.db.write(claim, "claim_timers")
+
+    async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
+        now = self.clock.now_ms()
+
+        def claim(conn: sqlite3.Connection) -> list[OutboxEntry]:
+            rows = conn.execute(
+                "UPDATE accord_outbox SET owner = ?, avail_at = ? WHERE rowid IN ("
+                " SELECT rowid FROM accord_outbox WHERE avail_at <= ? ORDER BY avail_at, rowid"
+                " LIMIT ?) RETURNING rowid, entry_id, run_id, topic, payload, created_at",
+                (owner, now + lease_ms, now, limit),
+            ).fetchall()
+            rows.sort()
+            return [OutboxEntry(r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+
+        return await self.db.write(claim, "claim_outbox")
+
+    async def outbox_done(self, entry_ids: Sequence[str]) -> None:
+        ids = [(e,) for e in entry_ids]
+        if ids:
+            await self.db.write(
+                lambda c: c.executemany("DELETE FROM accord_outbox WHERE entry_id = ?", ids),
+                "outbox_done",
+            )
+
+    async def close(self) -> None:
+        if self._owns_db:
+            await self.db.close()

@@ -1,0 +1,191 @@
+"""The embedded queue: a durable message table in a SQLite file, usually the store's own file.
+
+One row per message in ``accord_queue``, keyed by ``(queue, message_id)`` so a republish is an
+``INSERT … ON CONFLICT DO NOTHING``. ``state`` is 0 (ready or leased), 1 (acked; kept for the
+dedup window with its body dropped) or 2 (dead-lettered, with ``reason``). As in the store, a
+lease is just ``avail_at``: claiming sets it to ``now + visibility_ms``, so a lapsed lease is ready
+again without a sweeper, and a partial index on ready rows serves every claim. Each claim, ack and
+nack is one ``BEGIN IMMEDIATE`` transaction, so any number of processes may consume one queue:
+exactly one of them leases a given delivery. Delivery semantics are in
+:mod:`accord.adapters.transports._base`.
+
+URL options (``sqlite:///path.db?…`` or ``embedded+sqlite:///path.db?…``): ``visibility_ms``
+(30000), ``max_deliveries`` (5), ``dedup_ms`` (600000), ``poll_ms`` (50), plus the database
+options ``synchronous`` and ``busy_timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sqlite3
+from collections.abc import Mapping
+from typing import Any
+
+from accord.adapters import _store_rules
+from accord.adapters._sqlite import Database, parse_sqlite_url
+from accord.adapters.transports._base import QueueOptions, QueueTransport
+from accord.engine.ports import Clock, Delivery
+
+__all__ = ["SCHEMA", "EmbeddedTransport"]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS accord_queue (
+  queue TEXT NOT NULL, message_id TEXT NOT NULL, body BLOB NOT NULL, state INTEGER NOT NULL,
+  avail_at INTEGER NOT NULL, deliveries INTEGER NOT NULL, receipt TEXT,
+  published_at INTEGER NOT NULL, settled_at INTEGER, reason TEXT,
+  UNIQUE (queue, message_id));
+CREATE INDEX IF NOT EXISTS accord_queue_ready ON accord_queue (queue, avail_at) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS accord_queue_acked ON accord_queue (settled_at) WHERE state = 1
+"""
+
+# a known message is left alone; an acked one past its dedup window starts afresh
+_PUBLISH = (
+    "INSERT INTO accord_queue (queue, message_id, body, state, avail_at, deliveries, published_at)"
+    " VALUES (?, ?, ?, 0, ?, 0, ?) ON CONFLICT (queue, message_id) DO UPDATE SET"
+    " body = excluded.body, state = 0, avail_at = excluded.avail_at, deliveries = 0,"
+    " published_at = excluded.published_at, settled_at = NULL"
+    " WHERE state = 1 AND settled_at < ?"
+)
+_CLAIM = (
+    "UPDATE accord_queue SET deliveries = deliveries + 1, avail_at = ?,"
+    " receipt = ? || '.' || rowid WHERE rowid IN ("
+    " SELECT rowid FROM accord_queue WHERE queue = ? AND state = 0 AND avail_at <= ?"
+    " ORDER BY avail_at, rowid LIMIT ?) RETURNING rowid, message_id, body, deliveries, receipt"
+)
+_DEAD = (
+    "UPDATE accord_queue SET state = 2, settled_at = ?, reason = ?, receipt = NULL,"
+    " deliveries = min(deliveries, ?) WHERE rowid = ?"
+)
+_SETTLED = "WHERE queue = ? AND message_id = ? AND receipt = ? AND state = 0"
+PURGE_EVERY_MS = 1000
+
+
+class EmbeddedTransport(QueueTransport):
+    """:class:`~accord.engine.ports.Transport` over a SQLite table (see the module docstring)."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock | None = None,
+        options: QueueOptions | None = None,
+        *,
+        owns_db: bool = True,
+    ) -> None:
+        memory = db.path == ":memory:"
+        key = f"sqlite-memory:{id(db)}" if memory else f"sqlite:{os.path.realpath(db.path)}"
+        super().__init__(clock, options or QueueOptions(), key)
+        self.db = db
+        self._owns_db = owns_db
+        self._purged_at = 0
+        db.ensure_schema(SCHEMA)
+
+    @classmethod
+    def from_url(
+        cls, url: str, clock: Clock | None = None, delivery_limits: Mapping[str, int] | None = None
+    ) -> EmbeddedTransport:
+        """Open on the file of a ``sqlite:///`` URL, with the queue options of its query."""
+        path, opts = parse_sqlite_url(
+            url, {"synchronous", "busy_timeout_ms", *_store_rules.SHARED_OPTS}
+        )
+        db = Database(
+            path,
+            synchronous=opts.get("synchronous", "FULL"),
+            busy_timeout_ms=_store_rules.int_option(opts, "busy_timeout_ms", 5000),
+        )
+        return cls(db, clock, QueueOptions.from_query(opts.items(), delivery_limits))
+
+    async def _publish(self, queue: str, message_id: str, body: bytes, avail_at: int) -> None:
+        now = self.clock.now_ms()
+        args = (queue, message_id, body, avail_at, now, now - self.options.dedup_ms)
+        await self.db.write(lambda c: c.execute(_PUBLISH, args), "publish", "transport")
+
+    async def _claim(self, queue: str, n: int, now: int) -> list[Delivery]:
+        limit = self.options.limit(queue)
+        until = now + self.options.visibility_ms
+        purge_before = None
+        if now - self._purged_at >= PURGE_EVERY_MS:
+            self._purged_at, purge_before = now, now - self.options.dedup_ms
+
+        def claim(conn: sqlite3.Connection) -> list[Delivery]:
+            if purge_before is not None:
+                conn.execute(
+                    "DELETE FROM accord_queue WHERE state = 1 AND settled_at < ?", (purge_before,)
+                )
+            while True:
+                token = secrets.token_hex(8)
+                rows = conn.execute(_CLAIM, (until, token, queue, now, n)).fetchall()
+                live = []
+                for rowid, message_id, body, count, receipt in sorted(rows):
+                    if count > limit:  # its lease lapsed at the limit: a crash loop
+                        reason = f"lease lapsed on delivery {limit} of {limit}"
+                        conn.execute(_DEAD, (now, reason, limit, rowid))
+                    else:
+                        live.append(Delivery(queue, message_id, bytes(body), count, receipt))
+                if live or not rows:
+                    return live
+
+        return await self.db.write(claim, "claim", "transport")
+
+    async def _ack(self, delivery: Delivery, now: int) -> None:
+        if self.options.dedup_ms:
+            sql = "UPDATE accord_queue SET state = 1, settled_at = ?, body = X'', receipt = NULL "
+            args: tuple[Any, ...] = (now, delivery.queue, delivery.message_id, delivery.receipt)
+        else:
+            sql = "DELETE FROM accord_queue "
+            args = (delivery.queue, delivery.message_id, delivery.receipt)
+        await self.db.write(lambda c: c.execute(sql + _SETTLED, args), "ack", "transport")
+
+    async def _nack(self, delivery: Delivery, now: int, delay_ms: int) -> None:
+        limit = self.options.limit(delivery.queue)
+        key = (delivery.queue, delivery.message_id, delivery.receipt)
+
+        def nack(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
+                "SELECT rowid, deliveries FROM accord_queue " + _SETTLED, key
+            ).fetchone()
+            if row is None:
+                return  # superseded receipt: the message was redelivered or settled
+            if row[1] >= limit:
+                conn.execute(_DEAD, (now, f"nacked on delivery {row[1]} of {limit}", limit, row[0]))
+            else:
+                conn.execute(
+                    "UPDATE accord_queue SET avail_at = ?, receipt = NULL WHERE rowid = ?",
+                    (now + delay_ms, row[0]),
+                )
+
+        await self.db.write(nack, "nack", "transport")
+
+    async def _unclaim(self, deliveries: list[Delivery]) -> None:
+        rows = [(d.queue, d.message_id, d.receipt) for d in deliveries]
+        sql = "UPDATE accord_queue SET avail_at = 0, receipt = NULL, deliveries = deliveries - 1 "
+        await self.db.write(lambda c: c.executemany(sql + _SETTLED, rows), "unclaim", "transport")
+
+    async def dead_letters(self, queue: str) -> list[Delivery]:
+        return [
+            Delivery(queue, d["message_id"], d["body"], d["delivery_count"], "")
+            for d in await self.dead_letter_details(queue)
+        ]
+
+    async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
+        """Dead letters of ``queue`` with their metadata, oldest first: ``message_id``,
+        ``body``, ``delivery_count``, ``reason``, ``published_at_ms``, ``dead_at_ms``."""
+
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute(
+                "SELECT message_id, body, deliveries, reason, published_at, settled_at"
+                " FROM accord_queue WHERE queue = ? AND state = 2 ORDER BY settled_at, rowid",
+                (queue,),
+            )
+            names = ("message_id", "body", "delivery_count", "reason", "published_at_ms")
+            return [
+                dict(zip((*names, "dead_at_ms"), (*r[:1], bytes(r[1]), *r[2:]), strict=True))
+                for r in rows
+            ]
+
+        return await self.db.read(read, "dead_letters", "transport")
+
+    async def close(self) -> None:
+        await super().close()
+        if self._owns_db:
+            await self.db.close()

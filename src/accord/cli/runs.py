@@ -1,0 +1,185 @@
+"""`accord runs`: read and steer runs in a store.
+
+``list``, ``show``, ``history`` and ``explain`` only read. ``cancel`` and ``redrive`` commit one
+operator event through the engine's normal path (load → apply → commit); the outbox entries that
+commit writes are published by whichever engine process sweeps next, so these commands need no
+transport. Every command takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from accord.adapters import open_store, open_transport
+from accord.adapters.clock import SystemClock
+from accord.cli._common import EXIT_OK, console, emit_json, refuse
+from accord.engine.explain import explain_history
+from accord.engine.orchestrator import Delivered, Engine
+from accord.engine.ports import Store
+from accord.engine.state import HistoryEntry, RunState
+
+app = typer.Typer(help="Inspect, cancel and re-drive runs.", no_args_is_help=True)
+
+DEFAULT_STORE = "sqlite:///.accord/accord.db"
+StoreOpt = Annotated[
+    str, typer.Option("--store", envvar="ACCORD_STORE", help="store URL (sqlite:///path)")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+T = TypeVar("T")
+
+
+def _with_store(url: str, body: Callable[[Store], Awaitable[T]]) -> T:
+    async def go() -> T:
+        try:
+            store = open_store(url)
+        except (ValueError, OSError) as exc:
+            refuse(f"cannot open store {url!r}: {exc}", 2)
+        try:
+            return await body(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+async def _run_or_refuse(store: Store, run_id: str) -> RunState:
+    stored = await store.load(run_id)
+    if stored is None:
+        refuse(f"run {run_id!r} not found")
+    return RunState.from_json(stored.state)
+
+
+@app.command("list")
+def list_runs(  # noqa: PLR0917 - typer maps each option to a parameter
+    store: StoreOpt = DEFAULT_STORE,
+    status: Annotated[str | None, typer.Option(help="only runs with this status")] = None,
+    workflow: Annotated[str | None, typer.Option(help="only runs of this workflow")] = None,
+    tenant: Annotated[str | None, typer.Option(help="only runs of this tenant")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+    json_out: JsonOpt = False,
+) -> None:
+    """List runs, newest first."""
+    filters = {k: v for k, v in (("status", status), ("workflow", workflow), ("tenant", tenant))}
+    chosen = {k: v for k, v in filters.items() if v is not None}
+    stored = _with_store(store, lambda s: s.list_runs(limit, **chosen))
+    rows = [_summary(RunState.from_json(s.state), s.version) for s in stored]
+    if json_out:
+        emit_json(rows)
+        return
+    for r in rows:
+        console.print(f"{r['run_id']}  {r['status']:<10} {r['workflow']}  tenant={r['tenant']}")
+    raise typer.Exit(EXIT_OK)
+
+
+def _summary(run: RunState, version: int) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "intent": run.intent,
+        "workflow": run.workflow,
+        "tenant": run.tenant,
+        "plan_digest": run.plan_digest,
+        "version": version,
+    }
+
+
+@app.command("show")
+def show(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False) -> None:
+    """Show a run's record: status, intent, and every stage."""
+    run = _with_store(store, lambda s: _run_or_refuse(s, run_id))
+    if json_out:
+        emit_json(run.to_json())
+        return
+    console.print(f"run {run.run_id}  {run.status}  intent={run.intent}  {run.workflow}")
+    for stage in run.stages.values():
+        console.print(f"  {stage.name:<28} {stage.status:<16} attempt={stage.attempt}")
+
+
+@app.command("history")
+def history(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False) -> None:
+    """Print a run's history: every accepted and rejected event, in order."""
+
+    async def read(s: Store) -> list[dict[str, Any]]:
+        await _run_or_refuse(s, run_id)
+        return await s.history(run_id)
+
+    entries = _with_store(store, read)
+    if json_out:
+        emit_json(entries)
+        return
+    for doc in entries:
+        h = HistoryEntry.from_json(doc)
+        verdict = "accepted" if h.accepted else f"rejected ({h.reason})"
+        console.print(f"{h.seq:>4} {h.at_ms} {h.event.get('kind')} {verdict}")
+
+
+@app.command("explain")
+def explain(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False) -> None:
+    """Explain, from its history alone, how a run reached its current state."""
+
+    async def read(s: Store) -> tuple[RunState, list[dict[str, Any]]]:
+        return await _run_or_refuse(s, run_id), await s.history(run_id)
+
+    run, entries = _with_store(store, read)
+    lines = explain_history(run, [HistoryEntry.from_json(h) for h in entries])
+    if json_out:
+        emit_json({"run_id": run_id, "status": run.status, "explanation": lines})
+        return
+    for line in lines:
+        console.print(line, markup=False)
+
+
+def _operate(store: str, op: Callable[[Engine], Awaitable[Delivered]]) -> Delivered:
+    async def go() -> Delivered:
+        engine = Engine(
+            open_store(store), open_transport("memory://"), SystemClock(),
+            owns_ports=True, dispatch=False,
+        )  # fmt: skip
+        try:
+            return await op(engine)
+        finally:
+            await engine.stop()
+
+    return asyncio.run(go())
+
+
+@app.command("cancel")
+def cancel(
+    run_id: str,
+    store: StoreOpt = DEFAULT_STORE,
+    reason: Annotated[str, typer.Option(help="recorded in the history")] = "",
+    json_out: JsonOpt = False,
+) -> None:
+    """Request cancellation of a run (recorded; active attempts are fenced)."""
+    _with_store(store, lambda s: _run_or_refuse(s, run_id))
+    by = os.environ.get("USER", "operator")
+    _report(_operate(store, lambda e: e.cancel(run_id, reason, by)), json_out)
+
+
+@app.command("redrive")
+def redrive(
+    run_id: str, stage: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False
+) -> None:
+    """Re-drive a failed, timed-out or quarantined stage: a new fenced attempt."""
+    before = _with_store(store, lambda s: _run_or_refuse(s, run_id))
+    if stage not in before.stages:
+        refuse(f"run {run_id!r} has no stage {stage!r}")
+    by = os.environ.get("USER", "operator")
+    _report(_operate(store, lambda e: e.redrive(run_id, stage, by)), json_out)
+
+
+def _report(done: Delivered, json_out: bool) -> None:
+    run = done.run
+    refused = [h for h in done.history if not h.accepted]
+    if run is None or refused:
+        reason = refused[0].reason if refused else "no such run"
+        refuse(f"refused by the run's rules: {reason} ({refused[0].note if refused else ''})")
+    if json_out:
+        emit_json(_summary(run, done.version))
+    else:
+        console.print(f"run {run.run_id}: {run.status} (intent {run.intent})")

@@ -1,0 +1,147 @@
+"""YAML text to a positioned node tree, without losing where anything was written.
+
+Contract sources are authored by people, so every finding must name ``file:line:column``. The usual
+YAML loaders either drop positions or stop at the first duplicate key; this module *composes* the
+document with ruamel.yaml (YAML 1.2, so ``yes`` stays a string) and converts it to a small frozen
+tree of :class:`Node` values that carry a :class:`~accord.errors.Location` each. Every problem —
+syntax, duplicate keys, several documents in one file, non-string keys, alias cycles — becomes a
+:class:`~accord.errors.Diagnostic`, and all of them are reported together.
+
+Pure: it takes text and a file name, never touches the file system. Lines and columns count from 1.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from ruamel.yaml.nodes import Node as RawNode
+
+from accord.errors import Diagnostic, Location
+
+__all__ = ["MAX_DEPTH", "Node", "compose"]
+
+MAX_DEPTH = 48  # contracts nest a few levels; anything deeper is a mistake or an alias bomb
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A YAML node: ``scalar`` (``value``), ``map`` (``entries``) or ``seq`` (``items``)."""
+
+    kind: Literal["scalar", "map", "seq"]
+    location: Location
+    value: Any = None
+    entries: tuple[tuple[str, Node, Location], ...] = ()  # key, value node, key location
+    items: tuple[Node, ...] = field(default=())
+
+    def get(self, key: str) -> Node | None:
+        for name, node, _ in self.entries:
+            if name == key:
+                return node
+        return None
+
+    def plain(self) -> Any:
+        """The node as plain Python data (dicts, lists, scalars); first duplicate key wins."""
+        if self.kind == "map":
+            out: dict[str, Any] = {}
+            for key, node, _ in self.entries:
+                out.setdefault(key, node.plain())
+            return out
+        if self.kind == "seq":
+            return [n.plain() for n in self.items]
+        return self.value
+
+
+def _loc(filename: str, raw: RawNode) -> Location:
+    mark = raw.start_mark
+    return Location(filename, mark.line + 1, mark.column + 1)
+
+
+class _Converter:
+    def __init__(self, filename: str, yaml: YAML) -> None:
+        self.filename = filename
+        self.constructor = yaml.constructor
+        self.diagnostics: list[Diagnostic] = []
+
+    def error(self, code: str, message: str, location: Location) -> None:
+        self.diagnostics.append(Diagnostic(code, message, location))
+
+    def convert(self, raw: RawNode, depth: int) -> Node:
+        location = _loc(self.filename, raw)
+        if depth > MAX_DEPTH:
+            self.error("yaml-too-deep", f"nesting deeper than {MAX_DEPTH} levels", location)
+            return Node("scalar", location, None)
+        if isinstance(raw, MappingNode):
+            return self._mapping(raw, location, depth)
+        if isinstance(raw, SequenceNode):
+            items = tuple(self.convert(item, depth + 1) for item in raw.value)
+            return Node("seq", location, items=items)
+        assert isinstance(raw, ScalarNode)
+        value = self.constructor.construct_object(raw, deep=True)
+        if isinstance(value, dt.datetime | dt.date):
+            value = value.isoformat()  # dates are compared as ISO text, quoted or not
+        elif isinstance(value, bytes):
+            self.error("yaml-unsupported", "binary scalars are not allowed", location)
+            value = None
+        return Node("scalar", location, value)
+
+    def _mapping(self, raw: MappingNode, location: Location, depth: int) -> Node:
+        seen: dict[str, Location] = {}
+        entries: list[tuple[str, Node, Location]] = []
+        for key_raw, value_raw in raw.value:
+            key_loc = _loc(self.filename, key_raw)
+            key = (
+                self.constructor.construct_object(key_raw, deep=True)
+                if isinstance(key_raw, ScalarNode)
+                else None
+            )
+            if not isinstance(key, str) or key_raw.tag == "tag:yaml.org,2002:merge":
+                self.error(
+                    "yaml-bad-key", f"mapping keys must be plain strings, got {key!r}", key_loc
+                )
+                continue
+            if key in seen:
+                self.error(
+                    "yaml-duplicate-key",
+                    f"duplicate key {key!r} (first defined at {seen[key]})",
+                    key_loc,
+                )
+                continue
+            seen[key] = key_loc
+            entries.append((key, self.convert(value_raw, depth + 1), key_loc))
+        return Node("map", location, entries=tuple(entries))
+
+
+def compose(text: str, filename: str) -> tuple[Node | None, list[Diagnostic]]:
+    """Compose exactly one YAML document; return its tree (``None`` if unusable) and findings."""
+    yaml = YAML(typ="safe", pure=True)
+    converter = _Converter(filename, yaml)
+    try:
+        documents = list(yaml.compose_all(text))
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = Location(filename, mark.line + 1, mark.column + 1) if mark else Location(filename)
+        problem = " ".join(p for p in (exc.problem, exc.context) if p) or str(exc)
+        return None, [Diagnostic("yaml-syntax", problem, where)]
+    except YAMLError as exc:
+        return None, [Diagnostic("yaml-syntax", str(exc), Location(filename))]
+    documents = [d for d in documents if d is not None]
+    if not documents:
+        return None, [
+            Diagnostic("yaml-empty", "the file holds no YAML document", Location(filename, 1, 1))
+        ]
+    if len(documents) > 1:
+        converter.error(
+            "yaml-multiple-documents",
+            "one contract per file: a second YAML document starts here",
+            _loc(filename, documents[1]),
+        )
+    try:
+        root = converter.convert(documents[0], 0)
+    except (YAMLError, ValueError, RecursionError) as exc:
+        return None, [Diagnostic("yaml-syntax", str(exc), _loc(filename, documents[0]))]
+    return root, converter.diagnostics

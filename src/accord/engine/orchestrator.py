@@ -1,0 +1,414 @@
+"""The engine shell: load, decide, persist, hand off.
+
+:class:`Engine` is the only place where the pure machine meets I/O. One delivery is::
+
+    stamp(event)                    at_ms from the clock, fresh entropy (fences, jitter)
+    run = load(run_id)              from a small version-tagged cache, else the store
+    t = machine.apply(plan, run, e) pure: the next record, effects, history entries
+    store.commit(...)               record + history + outbox + timers, one atomic CAS step
+    dispatcher.dispatch(outbox)     hand off; the sweep covers us if we die right here
+
+A lost compare-and-set (another engine process, or a stale cache) reloads and re-applies, a
+bounded number of times. The shell makes no domain decision: rejections (stale, duplicate, late)
+come back from the machine as history to commit like any other. Per-run locks keep deliveries for
+one run in this process in order, so contention only comes from other processes.
+
+The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
+outcome intake, telemetry, and the reconciler. :meth:`stop` stops intake and timers first,
+waits for in-flight deliveries and actions, flushes, and closes the ports it owns. This module is
+also the one place allowed to import adapters (:meth:`Engine.from_urls`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from accord.engine import machine
+from accord.engine.actions import ActionExecutor, ActionHandler, ActionRegistry
+from accord.engine.checks import ResultHook, run_result_checks
+from accord.engine.dispatcher import Dispatcher, Sink
+from accord.engine.effects import Effect
+from accord.engine.events import (
+    CancelRequested,
+    Event,
+    RedriveRequested,
+    RunStarted,
+    StageSucceeded,
+    TimerFired,
+)
+from accord.engine.intake import OUTCOMES_QUEUE, Intake
+from accord.engine.outbox import build_commit
+from accord.engine.ports import Clock, Commit, Store, Timer, Transport
+from accord.engine.reconciler import Reconciler, ReconcileReport
+from accord.engine.state import HistoryEntry, RunState
+from accord.engine.timers import TimerService
+from accord.errors import ConflictError, EngineError
+from accord.workflow.plan import Plan
+
+__all__ = ["Delivered", "Engine", "Observer"]
+
+log = logging.getLogger("accord.engine")
+CRASH_ENV = "ACCORD_CRASH_AT"
+_QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What one delivery did: the committed record (``None`` if no run exists) and its outputs."""
+
+    run_id: str
+    version: int
+    run: RunState | None
+    effects: tuple[Effect, ...]
+    history: tuple[HistoryEntry, ...]
+
+
+Observer = Callable[[Delivered], None]  # told of every committed transition, in commit order
+
+
+class Engine:
+    def __init__(
+        self,
+        store: Store,
+        transport: Transport,
+        clock: Clock,
+        *,
+        actions: ActionRegistry | Mapping[str, ActionHandler] | None = None,
+        sink: Sink | None = None,
+        owner: str | None = None,
+        outcomes_queue: str = OUTCOMES_QUEUE,
+        result_checks: Sequence[ResultHook] = (),
+        lease_ms: int = 30_000,
+        grace_ms: int = 5_000,
+        poll_ms: int = 50,
+        reconcile_every_ms: int = 10_000,
+        crash_at: str | None = None,
+        owns_ports: bool = False,
+        conflict_retries: int = 32,
+        cache_size: int = 4096,
+        observers: Sequence[Observer] = (),
+        dispatch: bool = True,
+    ) -> None:
+        self.store, self.transport, self.clock = store, transport, clock
+        self.owner = owner or f"engine-{secrets.token_hex(4)}"
+        self.registry = actions if isinstance(actions, ActionRegistry) else ActionRegistry(actions)
+        self._owns_ports = owns_ports
+        self._retries, self._cache_size = conflict_retries, cache_size
+        self._poll_ms, self._reconcile_every_ms = poll_ms, reconcile_every_ms
+        self.observers: list[Observer] = list(observers)
+        self._dispatch = dispatch  # False: leave the outbox to the engine processes' sweep
+        self._plans: dict[str, Plan] = {}
+        self._cache: OrderedDict[str, tuple[int, RunState]] = OrderedDict()
+        self._locks: dict[str, list[Any]] = {}  # run id → [lock, holders and waiters]
+        self.executor = ActionExecutor(self.registry, self.deliver, self._action_done)
+        self.dispatcher = Dispatcher(
+            store, transport, clock, self.executor, sink, owner=self.owner,
+            lease_ms=lease_ms, grace_ms=grace_ms, crash_at=crash_at,
+        )  # fmt: skip
+        self.timers = TimerService(
+            store, clock, self.deliver, owner=self.owner, lease_ms=lease_ms, poll_ms=poll_ms
+        )
+        self.intake = Intake(transport, self.deliver, queue=outcomes_queue)
+        self.result_checks = list(result_checks)
+        self.reconciler = Reconciler(
+            store,
+            transport,
+            clock,
+            self.deliver,
+            dispatcher=self.dispatcher,
+            rearm=self.rearm,
+            plans=self.plan,
+            lease_ms=lease_ms,
+        )
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._intake_task: asyncio.Task[None] | None = None
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.transitions = 0
+        self.conflicts = 0
+
+    @classmethod
+    def from_urls(
+        cls, store_url: str, transport_url: str, clock: Clock | None = None, **options: Any
+    ) -> Engine:
+        """Open the adapters named by URL (``memory://``, ``sqlite:///path``) and own them."""
+        # imported here so the engine package never loads adapters unless URLs are used
+        from accord.adapters import open_store, open_transport  # noqa: PLC0415
+        from accord.adapters.clock import SystemClock  # noqa: PLC0415
+
+        options.setdefault("crash_at", os.environ.get(CRASH_ENV) or None)
+        clk: Clock = clock or SystemClock()
+        store = open_store(store_url, clock=clk)
+        if transport_url == store_url and store_url.startswith("sqlite:"):
+            # one file: share the store's connection and thread, so this process's queue and
+            # store writes never wait on each other's SQLite write lock
+            query = [(k, v) for k, v in parse_qsl(urlsplit(store_url).query) if k in _QUEUE_OPTS]
+            transport = open_transport(f"embedded://?{urlencode(query)}", clock=clk, store=store)
+        else:
+            transport = open_transport(transport_url, clock=clk)
+        return cls(store, transport, clk, owns_ports=True, **options)
+
+    # -- plans -----------------------------------------------------------------------------
+
+    async def register_plan(self, plan: Plan, *, activate: bool = True) -> str:
+        await self.store.put_plan(plan.digest, plan.to_json())
+        if activate:
+            await self.store.set_active(plan.name, plan.digest)
+        self._plans[plan.digest] = plan
+        return plan.digest
+
+    async def plan(self, digest: str) -> Plan:
+        plan = self._plans.get(digest)
+        if plan is None:
+            doc = await self.store.get_plan(digest)
+            if doc is None:
+                raise EngineError(f"plan {digest} is not stored")
+            plan = self._plans[digest] = Plan.from_json(doc)
+        return plan
+
+    # -- the one path every event takes ----------------------------------------------------
+
+    async def start_run(
+        self,
+        workflow: str,
+        context: Mapping[str, Any] | None = None,
+        tenant: str = "default",
+        run_id: str | None = None,
+    ) -> str:
+        """Start a run of ``workflow`` (a name, using its active plan, or a plan digest)."""
+        digest = (
+            workflow if workflow.startswith("sha256:") else await self.store.get_active(workflow)
+        )
+        if digest is None:
+            raise EngineError(f"workflow {workflow!r} has no active plan")
+        plan = await self.plan(digest)
+        rid = run_id or f"run_{secrets.token_hex(12)}"
+        await self.deliver(
+            RunStarted(
+                run_id=rid,
+                tenant=tenant,
+                workflow=plan.name,
+                plan_digest=digest,
+                context=dict(context or {}),
+                contracts=dict(plan.contracts),
+            )
+        )
+        return rid
+
+    async def cancel(self, run_id: str, reason: str = "", by: str = "operator") -> Delivered:
+        return await self.deliver(CancelRequested(run_id=run_id, reason=reason, by=by))
+
+    async def redrive(self, run_id: str, stage: str, by: str = "operator") -> Delivered:
+        return await self.deliver(RedriveRequested(run_id=run_id, stage=stage, by=by))
+
+    def stamp(self, event: Event) -> Event:
+        if event.at_ms and event.entropy:
+            return event
+        return replace(
+            event,
+            at_ms=event.at_ms or self.clock.now_ms(),
+            entropy=event.entropy or secrets.token_hex(16),
+        )
+
+    async def deliver(self, event: Event) -> Delivered:
+        """Load → apply → commit → hand off, for one event (see the module docstring)."""
+        event = self.stamp(event)
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            async with self._run_lock(event.run_id):
+                return await self._deliver_locked(event)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def _run_lock(self, run_id: str) -> AsyncIterator[None]:
+        """Serialise work on one run in this process; the entry lives while anyone holds or
+        waits for it (a released lock with waiters must not be replaced by a fresh one)."""
+        entry = self._locks.get(run_id)
+        if entry is None:
+            entry = self._locks[run_id] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[run_id]
+
+    async def _deliver_locked(self, event: Event) -> Delivered:
+        run_id = event.run_id
+        fired = event.timer_id if isinstance(event, TimerFired) else None
+        for attempt in range(self._retries):
+            version, run = await self._current(run_id, fresh=attempt > 0)
+            digest = run.plan_digest if run else getattr(event, "plan_digest", "")
+            if not digest:
+                return Delivered(run_id, version, None, (), ())  # no such run: nothing to do
+            plan = await self.plan(digest)
+            if run is not None and self.result_checks and isinstance(event, StageSucceeded):
+                event = run_result_checks(self.result_checks, plan, run, event)
+            t = machine.apply(plan, run, event)
+            if t.run is None or (not t.history and not t.effects and fired is None):
+                return Delivered(run_id, version, run, tuple(t.effects), tuple(t.history))
+            new = t.run
+            commit = build_commit(
+                run_id,
+                expected_version=version,
+                state=new.to_json(),
+                history=[h.to_json() for h in t.history],
+                effects=t.effects,
+                now_ms=self.clock.now_ms(),
+                index={"status": new.status, "workflow": new.workflow, "tenant": new.tenant},
+                fired_timer=fired,
+            )
+            try:
+                new_version = await self.store.commit(commit)
+            except ConflictError:
+                self.conflicts += 1
+                self._cache.pop(run_id, None)
+                continue
+            self.transitions += 1
+            self._remember(run_id, new_version, new)
+            if self._dispatch:
+                await self.dispatcher.dispatch(commit.outbox)
+            done = Delivered(run_id, new_version, new, tuple(t.effects), tuple(t.history))
+            for observe in self.observers:
+                observe(done)
+            return done
+        raise EngineError(f"run {run_id}: gave up after {self._retries} conflicting commits")
+
+    async def _current(self, run_id: str, *, fresh: bool) -> tuple[int, RunState | None]:
+        cached = None if fresh else self._cache.get(run_id)
+        if cached is not None:
+            return cached
+        stored = await self.store.load(run_id)
+        if stored is None:
+            return 0, None
+        run = RunState.from_json(stored.state)
+        self._remember(run_id, stored.version, run)
+        return stored.version, run
+
+    def _remember(self, run_id: str, version: int, run: RunState) -> None:
+        if run.terminal:
+            self._cache.pop(run_id, None)
+            return
+        self._cache[run_id] = (version, run)
+        self._cache.move_to_end(run_id)
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def _action_done(self, entry_id: str) -> None:
+        self.dispatcher.mark_done(entry_id)
+
+    async def rearm(self, run_id: str, timers: Sequence[Timer]) -> bool:
+        """Write ``timers`` again for a run whose deadline went missing (same ids: an upsert).
+        The record is unchanged; only its version moves. False if the run is gone or terminal."""
+        async with self._run_lock(run_id):
+            self._cache.pop(run_id, None)
+            stored = await self.store.load(run_id)
+            if stored is None or RunState.from_json(stored.state).terminal:
+                return False
+            commit = Commit(run_id, stored.version, stored.state, timers_set=tuple(timers))
+            try:
+                await self.store.commit(commit)
+            except ConflictError:
+                return False  # the run moved on: the next reconcile looks again
+            return True
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def load(self, run_id: str) -> RunState | None:
+        stored = await self.store.load(run_id)
+        return RunState.from_json(stored.state) if stored else None
+
+    async def history(self, run_id: str) -> list[HistoryEntry]:
+        return [HistoryEntry.from_json(h) for h in await self.store.history(run_id)]
+
+    # -- capabilities ----------------------------------------------------------------------
+
+    async def announce(self, worker_id: str, capabilities: Sequence[str], ttl_ms: int) -> None:
+        await self.store.announce(worker_id, list(capabilities), self.clock.now_ms() + ttl_ms)
+
+    async def live_capabilities(self) -> dict[str, list[str]]:
+        return await self.store.live_capabilities(self.clock.now_ms())
+
+    # -- loops -----------------------------------------------------------------------------
+
+    async def reconcile(self) -> ReconcileReport:
+        return await self.reconciler.run_once()
+
+    async def pump(self) -> int:
+        """One pass of the background work, for callers that drive the engine by hand."""
+        fired = await self.timers.fire_due()
+        handed = await self.dispatcher.sweep()
+        await self.dispatcher.flush()
+        return fired + handed
+
+    async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
+        self._stop.clear()
+        if reconcile_first:
+            await self.reconcile()
+        spawn = asyncio.get_running_loop().create_task
+        self._tasks = [spawn(self.timers.run(self._stop)), spawn(self._housekeeping())]
+        if intake:
+            self._intake_task = spawn(self.intake.run(self._stop.is_set))
+        if self.dispatcher.has_sink:
+            self._tasks.append(spawn(self.dispatcher.run_telemetry(self._stop)))
+
+    async def _housekeeping(self) -> None:
+        """Flush done-marks every poll; sweep stranded entries every grace period; reconcile
+        fully every ``reconcile_every_ms``."""
+        since_sweep = since_reconcile = 0
+        sweep_every = max(self.dispatcher.grace_ms, self._poll_ms, 100)
+        while not self._stop.is_set():
+            try:
+                await self.dispatcher.flush()
+                since_sweep += self._poll_ms
+                since_reconcile += self._poll_ms
+                if since_reconcile >= self._reconcile_every_ms:
+                    since_reconcile = since_sweep = 0
+                    await self.reconcile()
+                elif since_sweep >= sweep_every:
+                    since_sweep = 0
+                    await self.dispatcher.sweep()
+            except Exception:
+                log.exception("housekeeping pass failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._poll_ms / 1000)
+
+    async def stop(self) -> None:
+        """Stop the loops, finish in-flight deliveries and actions, flush, close owned ports."""
+        self._stop.set()
+        if self._intake_task is not None:  # it waits on the transport: cancel between items
+            await self.intake.wait_idle()
+            self._intake_task.cancel()
+            await asyncio.gather(self._intake_task, return_exceptions=True)
+            self._intake_task = None
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.executor.wait_idle()
+        await self._idle.wait()
+        await self.dispatcher.flush()
+        if self._owns_ports:
+            await self.transport.close()
+            await self.store.close()
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

@@ -1,0 +1,111 @@
+"""A minimal worker loop for tests, scenarios and benchmarks (the full Worker SDK is separate).
+
+:func:`run_noop_worker` consumes job queues and answers every job the way a well-behaved worker
+does: publish ``accepted`` (with the fence from the job envelope), run the handler, publish
+``succeeded`` with its result (or ``failed`` for a :class:`~accord.errors.StageFailed`), then
+acknowledge the job. Outcome message ids are derived from the job's message id, so a redelivered
+job produces the same outcome ids and the transport drops the copies.
+
+``task_slots`` bounds how many jobs run at once across all queues. ``observe`` is called with
+``("start" | "end", envelope)`` around each handler run, which is how the benchmark measures
+per-hop latency without touching the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from accord.canonical import canonical_json
+from accord.engine.intake import OUTCOMES_QUEUE
+from accord.engine.ports import Delivery, Transport
+from accord.errors import StageFailed
+
+__all__ = ["JobHandler", "outcome", "run_noop_worker"]
+
+log = logging.getLogger("accord.testing.workers")
+
+JobHandler = Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+Observer = Callable[[str, Mapping[str, Any]], None]
+
+
+async def _noop(_envelope: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def outcome(
+    envelope: Mapping[str, Any], kind: str, payload: Mapping[str, Any] | None = None, **extra: Any
+) -> tuple[str, bytes]:
+    """``(message id, body)`` of an outcome envelope answering the job ``envelope``."""
+    message_id = f"{envelope['messageId']}:{kind}"
+    doc: dict[str, Any] = {
+        "messageId": message_id,
+        "messageType": kind,
+        "runId": envelope["runId"],
+        "stage": envelope["stage"],
+        "attempt": envelope["attempt"],
+        "fence": envelope["fence"],
+        "tenant": envelope.get("tenant", ""),
+        "payload": dict(payload or {}),
+        **extra,
+    }
+    return message_id, canonical_json(doc)
+
+
+async def run_noop_worker(
+    transport: Transport,
+    queues: Sequence[str],
+    *,
+    outcomes_queue: str = OUTCOMES_QUEUE,
+    worker_id: str = "noop-worker",
+    handler: JobHandler = _noop,
+    task_slots: int = 4,
+    stop: asyncio.Event | None = None,
+    observe: Observer | None = None,
+) -> None:
+    """Serve ``queues`` until ``stop`` is set (or the task is cancelled)."""
+    stop = stop or asyncio.Event()
+    slots = asyncio.Semaphore(task_slots)
+    running: set[asyncio.Task[None]] = set()
+
+    async def serve(delivery: Delivery) -> None:
+        try:
+            envelope = json.loads(delivery.body)
+            await transport.publish(
+                outcomes_queue, *outcome(envelope, "accepted", workerId=worker_id)
+            )
+            if observe:
+                observe("start", envelope)
+            try:
+                result = await handler(envelope)
+                answer = outcome(envelope, "succeeded", result)
+            except StageFailed as exc:
+                failure = {"code": exc.failure_code, "message": exc.reason}
+                answer = outcome(envelope, "failed", failure | {"retryable": exc.retryable})
+            await transport.publish(outcomes_queue, *answer)
+            if observe:
+                observe("end", envelope)
+            await transport.ack(delivery)
+        except Exception:  # unacked: the transport redelivers it after the visibility timeout
+            log.exception("job %s not served", delivery.message_id)
+        finally:
+            slots.release()
+
+    async def pull(queue: str) -> None:
+        async for delivery in transport.consume(queue, task_slots):
+            await slots.acquire()
+            task = asyncio.get_running_loop().create_task(serve(delivery))
+            running.add(task)
+            task.add_done_callback(running.discard)
+
+    pullers = [asyncio.get_running_loop().create_task(pull(q)) for q in queues]
+    try:
+        await stop.wait()
+    finally:
+        for p in pullers:
+            p.cancel()
+        await asyncio.gather(*pullers, return_exceptions=True)
+        await asyncio.gather(*running, return_exceptions=True)

@@ -1,0 +1,251 @@
+"""Layer 2 — graph semantics over every edge namespace.
+
+Checks, in order (later checks need earlier ones to hold, so the layer stops at the first group
+that fails): names unique and not terminal names; every reference resolvable (entry, routes,
+decision branches, fork branches, join ``required``, ``finaliser_failure_terminal``) and every
+terminal used is declared; each decision ends with its ``"true"`` fallback and has no other;
+no cycle; every stage reachable from the entry; forks and joins well formed.
+
+Forks: each branch is the set of stages reachable from its entry without passing a join. A
+branch may hold tasks and decisions; it must reach only its fork's join or a terminal, and no
+stage of it may be entered from outside it. Every branch of a fork must end in the same join, and
+that join's ``required`` must be exactly the fork's branch set. **Nested forks are refused**
+(``graph-nested-fork``): a branch is a straight or branching chain of work, and one level of
+fan-out keeps cancellation, fencing and the budget analysis simple; nest by running a second
+workflow instead.
+
+Codes: ``graph-duplicate-stage``, ``graph-terminal-name``, ``graph-unknown-entry``,
+``graph-unknown-target``, ``graph-undeclared-terminal``, ``graph-duplicate-reference``,
+``graph-decision-fallback-missing``, ``graph-decision-fallback-not-last``, ``graph-cycle``,
+``graph-unreachable``, ``graph-nested-fork``, ``graph-branch-escape``, ``graph-fork-without-join``,
+``graph-fork-multiple-joins``, ``graph-join-without-fork``, ``graph-join-required-mismatch``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import replace
+
+from accord.errors import Diagnostic, Location
+from accord.workflow.dsl import AnyStage, DecisionDef, Definition, ForkDef, JoinDef, location_of
+from accord.workflow.graph import Graph
+from accord.workflow.plan import TERMINALS
+
+__all__ = ["check_graph"]
+
+
+def check_graph(d: Definition) -> tuple[Graph | None, list[Diagnostic]]:
+    """Check the graph; return it (with topological order and fork membership) when sound."""
+    diags: list[Diagnostic] = []
+    stages: dict[str, AnyStage] = {}
+    for s in d.stages:
+        if s.name in stages:
+            diags.append(
+                s.diag("graph-duplicate-stage", f"stage {s.name!r} is defined twice", "name")
+            )
+        elif s.name in TERMINALS or s.name in d.terminals:
+            diags.append(s.diag("graph-terminal-name", f"{s.name!r} is a terminal name", "name"))
+        stages.setdefault(s.name, s)
+    if d.entry not in stages:
+        diags.append(d.diag("graph-unknown-entry", f"entry {d.entry!r} is not a stage", "entry"))
+    if d.terminal_policy.finaliser_failure_terminal not in d.terminals:
+        diags.append(
+            d.diag(
+                "graph-undeclared-terminal",
+                "finaliser_failure_terminal "
+                f"{d.terminal_policy.finaliser_failure_terminal!r} is not declared",
+                "terminal_policy",
+            )
+        )
+    graph = Graph.build(stages, d.entry)
+    for s in stages.values():
+        diags += _references(d, s, stages)
+    if diags:
+        return None, diags
+    cycle = graph.find_cycle()
+    if cycle:
+        where = stages[cycle[-2]]
+        return None, [where.diag("graph-cycle", "cycle: " + " → ".join(cycle), None)]
+    reached = graph.reachable()
+    diags += [
+        s.diag(
+            "graph-unreachable",
+            f"stage {s.name!r} is unreachable from the entry {d.entry!r}",
+            "name",
+        )
+        for s in stages.values()
+        if s.name not in reached
+    ]
+    if diags:
+        return None, diags
+    graph.order()
+    diags += _forks(graph)
+    return (None if diags else graph), diags
+
+
+def _references(d: Definition, s: AnyStage, stages: dict[str, AnyStage]) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+
+    def report(code: str, message: str, key: str, where: Location | None) -> None:
+        diag = s.diag(code, message, key)
+        out.append(replace(diag, location=where) if where is not None else diag)
+
+    def target(
+        name: str, key: str, stage_only: bool = False, where: Location | None = None
+    ) -> None:
+        if name in stages:
+            return
+        if name in TERMINALS and not stage_only:
+            if name not in d.terminals:
+                message = f"terminal {name!r} is used but not declared in `terminals`"
+                report("graph-undeclared-terminal", message, key, where)
+            return
+        what = "a stage" if stage_only else "a stage or a declared terminal"
+        report("graph-unknown-target", f"{key} → {name!r} is not {what}", key, where)
+
+    if isinstance(s, DecisionDef):
+        for i, b in enumerate(s.branches):
+            target(b.next, "branches", where=location_of(b.node, "next"))
+            if b.when.strip() == "true" and i != len(s.branches) - 1:
+                message = f'branch {i + 1} is the "true" fallback but is not last'
+                report(
+                    "graph-decision-fallback-not-last",
+                    message,
+                    "branches",
+                    location_of(b.node, "when"),
+                )
+        if not s.branches or s.branches[-1].when.strip() != "true":
+            last = location_of(s.branches[-1].node, "when") if s.branches else None
+            message = 'the last branch must be the "true" fallback'
+            report("graph-decision-fallback-missing", message, "branches", last)
+        target(s.on_evaluation_error, "on_evaluation_error")
+    elif isinstance(s, ForkDef):
+        for entry in s.branches:
+            target(entry, "branches", stage_only=True)
+        out += _duplicates(s, s.branches, "branches")
+    else:
+        target(s.on_success, "on_success")
+        target(s.on_failure, "on_failure")
+        if isinstance(s, JoinDef):
+            for r in s.required:
+                target(r, "required", stage_only=True)
+            out += _duplicates(s, s.required, "required")
+    return out
+
+
+def _duplicates(s: AnyStage, names: tuple[str, ...], key: str) -> list[Diagnostic]:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    return [s.diag("graph-duplicate-reference", f"{key} lists {n!r} twice", key) for n in dupes]
+
+
+def _forks(g: Graph) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    fed: set[str] = set()  # joins some fork's branches reach
+    forks = [s for s in g.stages.values() if isinstance(s, ForkDef)]
+    nested = [_nested(g, f) for f in forks]
+    if any(nested):
+        return [d for found in nested for d in found]
+    for fork in forks:
+        joins = _branches(g, fork, out)
+        fed |= set(joins)
+        if not joins:
+            out.append(fork.diag("graph-fork-without-join", "no branch reaches a join", "branches"))
+            continue
+        if len(joins) > 1:
+            message = f"branches end in different joins {joins}; all must reach one join"
+            out.append(fork.diag("graph-fork-multiple-joins", message, "branches"))
+            continue
+        join = g.stages[joins[0]]
+        assert isinstance(join, JoinDef)
+        if join.name in g.join_fork:
+            message = (
+                f"join {join.name!r} is fed by forks {g.join_fork[join.name]!r} and {fork.name!r}"
+            )
+            out.append(join.diag("graph-branch-escape", message, None))
+            continue
+        g.fork_join[fork.name], g.join_fork[join.name] = join.name, fork.name
+        if set(join.required) != set(fork.branches):
+            message = (
+                f"required {list(join.required)} must equal the branches of fork "
+                f"{fork.name!r} {list(fork.branches)}"
+            )
+            out.append(join.diag("graph-join-required-mismatch", message, "required"))
+    out += _escapes(g)
+    for join in (s for s in g.stages.values() if isinstance(s, JoinDef)):
+        if join.name not in fed:
+            message = "no fork's branches reach this join"
+            out.append(join.diag("graph-join-without-fork", message, "required"))
+    return out
+
+
+def _walk(g: Graph, entry: str) -> list[str]:
+    """Stages reachable from ``entry`` without passing a join (the branch), in BFS order."""
+    seen, order, todo = {entry}, [], deque([entry])
+    while todo:
+        node = todo.popleft()
+        order.append(node)
+        if isinstance(g.stages[node], ForkDef) and node != entry:
+            continue
+        for nxt in g.successors(node):
+            if nxt not in seen and not isinstance(g.stages[nxt], JoinDef):
+                seen.add(nxt)
+                todo.append(nxt)
+    return order
+
+
+def _nested(g: Graph, fork: ForkDef) -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    for entry in fork.branches:
+        for node in _walk(g, entry):
+            inner = g.stages[node]
+            if isinstance(inner, ForkDef):
+                message = (
+                    f"fork {node!r} is inside branch {entry!r} of fork {fork.name!r}; "
+                    "nested forks are not supported (run a child workflow instead)"
+                )
+                out.append(inner.diag("graph-nested-fork", message, "type"))
+    return out
+
+
+def _branches(g: Graph, fork: ForkDef, out: list[Diagnostic]) -> list[str]:
+    """Assign branch membership; return the joins the branches reach (in first-seen order)."""
+    joins: dict[str, None] = {}
+    for entry in fork.branches:
+        for node in _walk(g, entry):
+            stage = g.stages[node]
+            if node in g.member:
+                other = g.member[node]
+                message = f"stage {node!r} is reached by branch {other[1]!r} and branch {entry!r}"
+                out.append(stage.diag("graph-branch-escape", message, None))
+                continue
+            g.member[node] = (fork.name, entry)
+            joins |= {n: None for n in g.successors(node) if isinstance(g.stages[n], JoinDef)}
+    return list(joins)
+
+
+def _escapes(g: Graph) -> list[Diagnostic]:
+    """Every stage of a branch is entered only from its branch (or, for the entry, its fork);
+    a join only from its fork's branches."""
+    out: list[Diagnostic] = []
+    for name, stage in g.stages.items():
+        if name in g.member:
+            fork, entry = g.member[name]
+            allowed = {(fork, entry)}
+            where = f"branch {entry!r} of fork {fork!r}"
+        elif name in g.join_fork:
+            fork = g.join_fork[name]
+            fork_stage = g.stages[fork]
+            assert isinstance(fork_stage, ForkDef)
+            allowed = {(fork, b) for b in fork_stage.branches}
+            where = f"the branches of fork {fork!r}"
+        else:
+            continue
+        for e in g.into[name]:
+            if g.member.get(e.source) in allowed or e.source == g.member.get(name, ("",))[0]:
+                continue
+            message = (
+                f"stage {name!r} belongs to {where} but is also entered from {e.source!r}; "
+                "a branch may reach only its join or a terminal"
+            )
+            out.append(stage.diag("graph-branch-escape", message, None))
+    return out

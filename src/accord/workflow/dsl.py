@@ -1,0 +1,147 @@
+"""The workflow DSL as written: positioned source nodes and the typed definition built from them.
+
+Parsing is two steps so every later finding can name ``file:line:column``:
+
+1. :func:`parse_text` composes the YAML (ruamel.yaml, YAML 1.2, via
+   :func:`accord.contracts.yamlsource.compose`) into a tree of positioned nodes; syntax errors,
+   duplicate keys and extra documents become ``yaml-*`` diagnostics. :func:`parse_data` builds the
+   same tree from already-parsed data (generated definitions), with line 0 positions.
+2. The schema layer (:mod:`accord.workflow.check_schema`) turns the tree into the typed
+   :class:`Definition` below, checking shapes and bounds on the way.
+
+Definitions keep the node they came from; :meth:`StageDef.at` finds the location of one field so
+the graph, contract, budget and admission layers point at the exact line they object to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from accord.contracts.yamlsource import Node, compose
+from accord.errors import Diagnostic, Location
+from accord.workflow.plan import CachePolicy, RetryPolicy, TerminalPolicy, Timeouts
+
+__all__ = [
+    "DecisionDef",
+    "Definition",
+    "ForkDef",
+    "JoinDef",
+    "Node",
+    "StageDef",
+    "TaskDef",
+    "parse_data",
+    "parse_text",
+]
+
+
+def parse_text(text: str, filename: str) -> tuple[Node | None, list[Diagnostic]]:
+    """Compose one YAML document into positioned nodes (``None`` when unusable)."""
+    return compose(text, filename)
+
+
+def parse_data(data: Any, filename: str = "<data>") -> Node:
+    """The node tree of already-parsed data; every location is ``filename`` line 0."""
+    where = Location(filename)
+    if isinstance(data, Mapping):
+        entries = tuple((str(k), parse_data(v, filename), where) for k, v in data.items())
+        return Node("map", where, entries=entries)
+    if isinstance(data, list | tuple):
+        return Node("seq", where, items=tuple(parse_data(v, filename) for v in data))
+    return Node("scalar", where, data)
+
+
+def location_of(node: Node, key: str | None = None) -> Location:
+    """Where ``key`` is written inside mapping ``node``: a scalar's own position, the key's for
+    a mapping or list (its first line may be far below), else the node itself."""
+    if key is not None and node.kind == "map":
+        for name, value, key_loc in node.entries:
+            if name == key:
+                scalar = value.kind == "scalar" and value.location.line
+                return value.location if scalar else key_loc
+    return node.location
+
+
+@dataclass(frozen=True, slots=True)
+class StageDef:
+    name: str
+    node: Node = field(compare=False, repr=False)
+
+    def at(self, key: str | None = None) -> Location:
+        return location_of(self.node, key)
+
+    def diag(self, code: str, message: str, key: str | None = None, **kw: Any) -> Diagnostic:
+        return Diagnostic(code, message, self.at(key), path=key or "", stage=self.name, **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDef(StageDef):
+    type: Literal["worker", "action"] = "worker"
+    capability: str = ""
+    queue: str | None = None
+    input: Mapping[str, Any] = field(default_factory=dict)
+    on_success: str = ""
+    on_failure: str = ""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    cache: CachePolicy = field(default_factory=CachePolicy)
+    compensate: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BranchDef:
+    when: str
+    next: str
+    node: Node = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionDef(StageDef):
+    branches: tuple[BranchDef, ...] = ()
+    on_evaluation_error: str = ""
+    type: Literal["decision"] = "decision"
+
+
+@dataclass(frozen=True, slots=True)
+class ForkDef(StageDef):
+    branches: tuple[str, ...] = ()
+    type: Literal["fork"] = "fork"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinDef(StageDef):
+    required: tuple[str, ...] = ()
+    acceptable_terminal_states: tuple[str, ...] = ("completed",)
+    on_success: str = ""
+    on_failure: str = ""
+    type: Literal["join"] = "join"
+
+
+AnyStage = TaskDef | DecisionDef | ForkDef | JoinDef
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    """A workflow definition that passed the schema layer (shapes and bounds hold)."""
+
+    name: str
+    version: str
+    entry: str
+    stages: tuple[AnyStage, ...]
+    terminals: tuple[str, ...]
+    node: Node = field(compare=False, repr=False)
+    terminal_policy: TerminalPolicy = field(default_factory=TerminalPolicy)
+    finalisers: tuple[str, ...] = ()
+    deadline_ms: int | None = None
+    context: str | None = None
+    owner: str | None = None
+    status: Literal["planned", "active"] = "active"
+    review_date: str | None = None
+    promotion_criteria: str | None = None
+
+    def at(self, key: str | None = None) -> Location:
+        return location_of(self.node, key)
+
+    def diag(self, code: str, message: str, key: str | None = None, **kw: Any) -> Diagnostic:
+        return Diagnostic(code, message, self.at(key), path=key or "", **kw)

@@ -1,0 +1,236 @@
+"""The Transport contract, run over every transport adapter (see conftest.py).
+
+Leases run on the fake clock; only the consumer's polling uses real time, so "nothing arrives"
+is checked over a short real wait (many poll intervals) with the clock held still.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from accord.engine.ports import Delivery, Transport
+from accord.errors import TransportError
+from accord.testing.clock import FakeClock
+from tests.contract.conftest import DEDUP_MS, MAX_DELIVERIES, VISIBILITY_MS
+
+QUIET_S = 0.08  # sixteen poll intervals
+
+
+@contextlib.asynccontextmanager
+async def consumer(
+    transport: Transport, queue: str = "q", prefetch: int = 1
+) -> AsyncIterator[AsyncIterator[Delivery]]:
+    stream = transport.consume(queue, prefetch)
+    try:
+        yield stream
+    finally:
+        await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def take(stream: AsyncIterator[Delivery], n: int = 1) -> list[Delivery]:
+    async with asyncio.timeout(5):
+        return [await anext(stream) for _ in range(n)]
+
+
+async def nothing_within(stream: AsyncIterator[Delivery]) -> bool:
+    try:
+        async with asyncio.timeout(QUIET_S):
+            await anext(stream)
+    except TimeoutError:
+        return True
+    return False
+
+
+async def test_publish_consume_ack(transport: Transport, clock: FakeClock) -> None:
+    await transport.publish("q", "m1", b"one")
+    await transport.publish("other", "m2", b"two")
+    async with consumer(transport) as stream:
+        (got,) = await take(stream)
+        assert (got.queue, got.message_id, got.body, got.delivery_count) == ("q", "m1", b"one", 1)
+        await transport.ack(got)
+        clock.advance(VISIBILITY_MS * 2)
+        assert await nothing_within(stream)  # acked: never redelivered
+
+
+async def test_deliveries_come_in_publish_order(transport: Transport) -> None:
+    for n in range(5):
+        await transport.publish("q", f"m{n}", str(n).encode())
+    async with consumer(transport, prefetch=5) as stream:
+        assert [d.message_id for d in await take(stream, 5)] == [f"m{n}" for n in range(5)]
+
+
+async def test_republishing_a_known_message_is_harmless(
+    transport: Transport, clock: FakeClock
+) -> None:
+    await transport.publish("q", "m1", b"first")
+    await transport.publish("q", "m1", b"second")
+    async with consumer(transport) as stream:
+        (got,) = await take(stream)
+        assert got.body == b"first"
+        await transport.publish("q", "m1", b"while-leased")
+        await transport.ack(got)
+        await transport.publish("q", "m1", b"after-ack")  # still known: inside the dedup window
+        assert await nothing_within(stream)
+        clock.advance(DEDUP_MS + 1)
+        await transport.publish("q", "m1", b"much-later")  # forgotten: a new message
+        (again,) = await take(stream)
+        assert (again.body, again.delivery_count) == (b"much-later", 1)
+
+
+async def test_an_unacked_delivery_returns_after_the_visibility_timeout(
+    transport: Transport, clock: FakeClock
+) -> None:
+    await transport.publish("q", "m1", b"x")
+    async with consumer(transport, prefetch=2) as stream:
+        (first,) = await take(stream)
+        clock.advance(VISIBILITY_MS - 1)
+        assert await nothing_within(stream)
+        clock.advance(1)
+        (second,) = await take(stream)
+    assert (second.message_id, second.delivery_count) == ("m1", 2)
+    assert second.receipt != first.receipt
+    await transport.ack(first)  # superseded receipt: does nothing
+    clock.advance(VISIBILITY_MS)
+    async with consumer(transport) as stream:
+        (third,) = await take(stream)
+        assert third.delivery_count == 3
+        await transport.ack(third)
+
+
+async def test_nack_with_delay_redelivers_later(transport: Transport, clock: FakeClock) -> None:
+    await transport.publish("q", "m1", b"x")
+    async with consumer(transport) as stream:
+        (got,) = await take(stream)
+        await transport.nack(got, delay_ms=500)
+        assert await nothing_within(stream)
+        clock.advance(500)
+        (again,) = await take(stream)
+        assert again.delivery_count == 2
+
+
+async def test_delayed_publish(transport: Transport, clock: FakeClock) -> None:
+    await transport.publish("q", "m1", b"x", delay_ms=300)
+    async with consumer(transport) as stream:
+        assert await nothing_within(stream)
+        clock.advance(300)
+        assert [d.message_id for d in await take(stream)] == ["m1"]
+
+
+async def test_nacks_past_the_limit_dead_letter(transport: Transport, clock: FakeClock) -> None:
+    await transport.publish("q", "poison", b"bad")
+    await transport.publish("q", "fine", b"ok", delay_ms=1)
+    async with consumer(transport) as stream:
+        for attempt in range(1, MAX_DELIVERIES + 1):
+            (got,) = await take(stream)
+            assert (got.message_id, got.delivery_count) == ("poison", attempt)
+            await transport.nack(got)
+        clock.advance(1)
+        (other,) = await take(stream)
+        assert other.message_id == "fine"
+        await transport.ack(other)
+        assert await nothing_within(stream)
+    dead = await transport.dead_letters("q")
+    assert [(d.message_id, d.body, d.delivery_count) for d in dead] == [
+        ("poison", b"bad", MAX_DELIVERIES)
+    ]
+    details = await transport.dead_letter_details("q")  # type: ignore[attr-defined]
+    assert "nacked" in details[0]["reason"] and details[0]["dead_at_ms"] == clock.now_ms() - 1
+    await transport.publish("q", "poison", b"again")  # a dead letter stays known
+    assert [d.body for d in await transport.dead_letters("q")] == [b"bad"]
+    assert await transport.dead_letters("other") == []
+
+
+async def test_a_crash_loop_past_the_limit_dead_letters(
+    transport: Transport, clock: FakeClock
+) -> None:
+    await transport.publish("q", "crashy", b"x")
+    async with consumer(transport) as stream:
+        for attempt in range(1, MAX_DELIVERIES + 1):
+            (got,) = await take(stream)
+            assert got.delivery_count == attempt
+            clock.advance(VISIBILITY_MS)  # the consumer "crashed": its lease lapses
+        assert await nothing_within(stream)
+    (dead,) = await transport.dead_letter_details("q")  # type: ignore[attr-defined]
+    assert dead["delivery_count"] == MAX_DELIVERIES and "lapsed" in dead["reason"]
+
+
+async def test_prefetch_bounds_unsettled_deliveries(transport: Transport) -> None:
+    for n in range(5):
+        await transport.publish("q", f"m{n}", b"x")
+    async with consumer(transport, prefetch=2) as stream:
+        held = await take(stream, 2)
+        assert await nothing_within(stream)
+        await transport.ack(held[0])
+        (third,) = await take(stream)
+        assert third.message_id == "m2"
+
+
+async def test_concurrent_consumers_share_without_duplicates(
+    transport_opener: Callable[[], Transport],
+) -> None:
+    handles = [transport_opener(), transport_opener()]
+    ids = [f"m{n:03}" for n in range(60)]
+    for message_id in ids:
+        await handles[0].publish("q", message_id, message_id.encode())
+    seen: list[str] = []
+
+    async def work(n: int) -> None:
+        handle = handles[n % 2]
+        async with consumer(handle, prefetch=3) as stream:
+            while len(seen) < len(ids):
+                try:
+                    async with asyncio.timeout(0.2):
+                        delivery = await anext(stream)
+                except TimeoutError:
+                    continue
+                seen.append(delivery.message_id)
+                await handle.ack(delivery)
+
+    async with asyncio.timeout(10):
+        await asyncio.gather(*(work(n) for n in range(4)))
+    assert sorted(seen) == ids
+
+
+async def test_bad_arguments_are_refused(transport: Transport) -> None:
+    with pytest.raises(TransportError):
+        await transport.publish("q", "", b"x")
+    with pytest.raises(ValueError, match="prefetch"):
+        transport.consume("q", prefetch=0)
+
+
+async def test_closing_the_transport_ends_its_streams(transport: Transport) -> None:
+    stream = transport.consume("q")
+    waiter = asyncio.ensure_future(anext(stream))
+    await asyncio.sleep(0.02)
+    await transport.close()
+    with pytest.raises(StopAsyncIteration):
+        async with asyncio.timeout(2):
+            await waiter
+
+
+async def test_a_stream_survives_cancelled_waits(transport: Transport) -> None:
+    async with consumer(transport) as stream:
+        for _ in range(5):
+            waiter = asyncio.ensure_future(anext(stream))
+            await asyncio.sleep(0.002)
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
+        await transport.publish("q", "m1", b"x")
+        (got,) = await take(stream)
+        assert (got.message_id, got.delivery_count) == ("m1", 1)
+
+
+async def test_closing_a_stream_returns_what_it_never_handed_out(transport: Transport) -> None:
+    for n in range(4):
+        await transport.publish("q", f"m{n}", b"x")
+    async with consumer(transport, prefetch=4) as stream:
+        (first,) = await take(stream)  # one claim leased all four; three are still buffered
+    async with consumer(transport, prefetch=4) as stream:
+        rest = await take(stream, 3)
+    assert [(d.message_id, d.delivery_count) for d in rest] == [("m1", 1), ("m2", 1), ("m3", 1)]
+    assert first.message_id == "m0"

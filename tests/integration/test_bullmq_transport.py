@@ -1,0 +1,224 @@
+"""The BullMQ transport on the real Redis: the shared Transport contract, then what is BullMQ's own.
+
+The contract cases that steer leases and dedup windows with the fake clock cannot steer a real
+broker's time; their real-time counterparts are here (a consumer killed with -9, leases lapsing,
+the dedup window ending), next to job-id mapping and measured delay precision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given
+from hypothesis import strategies as st
+
+from accord.adapters import open_transport
+from accord.adapters.transports.bullmq import BullmqTransport, job_id_for, message_id_of
+from accord.testing.clock import FakeClock
+from tests.contract import test_transport as contract
+from tests.services import REDIS_DB, ensure_redis
+
+# Contract cases whose outcome does not depend on moving time by hand.
+PORTABLE = [
+    "test_publish_consume_ack",
+    "test_deliveries_come_in_publish_order",
+    "test_nack_with_delay_redelivers_later",
+    "test_delayed_publish",
+    "test_prefetch_bounds_unsettled_deliveries",
+    "test_concurrent_consumers_share_without_duplicates",
+    "test_bad_arguments_are_refused",
+    "test_closing_the_transport_ends_its_streams",
+]
+OPTS = "visibility_ms=1000&max_deliveries=3&dedup_ms=1000&stalled_ms=300"
+
+
+def url_for(prefix: str, opts: str = OPTS) -> str:
+    return f"bullmq://127.0.0.1:6379/{REDIS_DB}?prefix={prefix}&{opts}"
+
+
+@pytest.fixture
+def prefix() -> Any:
+    ensure_redis()
+    name = f"tb-{uuid.uuid4().hex[:10]}"
+    yield name
+    client = redis.Redis(port=6379, db=REDIS_DB)
+    keys = list(client.scan_iter(match=f"{name}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+async def opener(prefix: str, clock: FakeClock) -> AsyncIterator[Callable[[], BullmqTransport]]:
+    opened: list[Any] = []
+
+    def make(opts: str = OPTS) -> BullmqTransport:
+        handle = open_transport(url_for(prefix, opts), clock=clock)
+        opened.append(handle)
+        assert isinstance(handle, BullmqTransport)
+        return handle
+
+    yield make
+    for handle in opened:
+        await handle.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.mark.parametrize("case", PORTABLE)
+async def test_the_shared_contract_holds(
+    case: str, opener: Callable[[], BullmqTransport], clock: FakeClock
+) -> None:
+    test = getattr(contract, case)
+    given_args = {"transport": opener(), "clock": clock, "transport_opener": opener}
+    await test(**{name: given_args[name] for name in inspect.signature(test).parameters})
+
+
+@given(st.text(min_size=1, max_size=60))
+def test_job_ids_are_valid_for_node_bullmq_and_map_back(message_id: str) -> None:
+    job_id = job_id_for(message_id)
+    assert ":" not in job_id
+    assert not job_id.lstrip("-").isdigit()
+    assert message_id_of(job_id) == message_id
+
+
+async def test_bullmq_stores_the_mapped_id_and_refuses_a_second_job(
+    opener: Callable[[], BullmqTransport], prefix: str
+) -> None:
+    transport = opener()
+    await transport.publish("q", "run:1/stage:2", b"first")
+    await transport.publish("q", "run:1/stage:2", b"again")
+    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    assert client.lrange(f"{prefix}:q:wait", 0, -1) == ["m-run%3A1/stage%3A2"]
+    async with contract.consumer(transport) as stream:
+        (got,) = await contract.take(stream)
+        assert (got.message_id, got.body) == ("run:1/stage:2", b"first")
+        await transport.ack(got)
+
+
+async def test_the_dedup_window_ends_after_dedup_ms(opener: Callable[[], BullmqTransport]) -> None:
+    transport = opener()
+    await transport.publish("q", "m1", b"first")
+    async with contract.consumer(transport) as stream:
+        (got,) = await contract.take(stream)
+        await transport.ack(got)
+        await transport.publish("q", "m1", b"inside-the-window")
+        assert await contract.nothing_within(stream)
+        await asyncio.sleep(1.1)  # dedup_ms=1000: completed jobs older than that are removed ...
+        await transport.publish("q", "m2", b"x")  # ... when a later job completes
+        (other,) = await contract.take(stream)
+        await transport.ack(other)
+        await transport.publish("q", "m1", b"later")
+        (again,) = await contract.take(stream)
+        assert (again.body, again.delivery_count) == (b"later", 1)
+        await transport.ack(again)
+
+
+CONSUMER = """
+import asyncio, sys
+from accord.adapters import open_transport
+
+async def main():
+    transport = open_transport(sys.argv[1])
+    stream = transport.consume("q")
+    delivery = await anext(stream)
+    print(delivery.message_id, delivery.delivery_count, flush=True)
+    await asyncio.sleep(3600)  # holds the job, renewing its lock, until killed
+
+asyncio.run(main())
+"""
+
+
+async def test_a_job_whose_consumer_is_killed_is_redelivered_with_a_higher_count(
+    opener: Callable[[], BullmqTransport], prefix: str
+) -> None:
+    transport = opener()
+    await transport.publish("q", "accepted-job", b"x")
+    child = subprocess.Popen(
+        [sys.executable, "-c", CONSUMER, url_for(prefix)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)
+        assert line.split() == ["accepted-job", "1"]
+        async with contract.consumer(transport) as stream:
+            await asyncio.sleep(1.5)  # longer than the lock: renewal keeps the job with the child
+            assert await contract.nothing_within(stream)
+            child.kill()  # -9: no cleanup, the lock just stops being renewed
+            async with asyncio.timeout(10):
+                again = await anext(stream)
+            assert (again.message_id, again.delivery_count) == ("accepted-job", 2)
+            await transport.ack(again)
+    finally:
+        child.kill()
+        child.wait()
+
+
+async def test_leases_lapsing_past_the_limit_dead_letter_and_stale_acks_do_nothing(
+    opener: Callable[[], BullmqTransport],
+) -> None:
+    transport = opener()
+    await transport.publish("q", "crashy", b"x")
+    held = []
+    for attempt in (1, 2, 3):
+        stream = transport.consume("q")
+        async with asyncio.timeout(10):
+            held.append(await anext(stream))
+        assert held[-1].delivery_count == attempt
+        await stream.aclose()  # the consumer stops renewing: its lease lapses
+    await transport.ack(held[0])  # superseded receipt: changes nothing
+    async with contract.consumer(transport) as stream:
+        await asyncio.sleep(2.5)  # redelivered once more, it passes the limit: dead-lettered
+        assert await contract.nothing_within(stream)
+    (dead,) = await transport.dead_letter_details("q")
+    assert dead["message_id"] == "crashy" and dead["delivery_count"] == 3
+    assert "lapsed" in dead["reason"]
+
+
+async def test_nacks_past_the_limit_dead_letter_stamped_by_the_clock(
+    opener: Callable[[], BullmqTransport], clock: FakeClock
+) -> None:
+    transport = opener()
+    await transport.publish("q", "poison", b"bad")
+    async with contract.consumer(transport) as stream:
+        for attempt in (1, 2, 3):
+            (got,) = await contract.take(stream)
+            assert got.delivery_count == attempt
+            await transport.nack(got)
+        assert await contract.nothing_within(stream)
+    (dead,) = await transport.dead_letter_details("q")
+    assert (dead["body"], dead["delivery_count"], dead["dead_at_ms"]) == (
+        b"bad",
+        3,
+        clock.now_ms(),
+    )
+    assert "nacked" in dead["reason"]
+    await transport.publish("q", "poison", b"again")  # a dead letter stays known
+    assert [d.body for d in await transport.dead_letters("q")] == [b"bad"]
+
+
+async def test_delays_are_precise_to_well_under_a_second(
+    opener: Callable[[], BullmqTransport],
+) -> None:
+    transport = opener()
+    late: list[float] = []
+    async with contract.consumer(transport) as stream:
+        for n, delay_ms in enumerate((150, 300, 450)):
+            started = time.perf_counter()
+            await transport.publish("q", f"d{n}", b"x", delay_ms=delay_ms)
+            (got,) = await contract.take(stream)
+            late.append((time.perf_counter() - started) * 1000 - delay_ms)
+            assert late[-1] >= -5  # never early (a few ms of timestamp rounding aside)
+            await transport.ack(got)
+    assert max(late) < 150, f"delivered {late} ms after the delay"

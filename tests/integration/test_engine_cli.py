@@ -1,0 +1,82 @@
+"""`accord runs …` and `accord engine reconcile` against a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from accord.adapters import open_store, open_transport
+from accord.adapters.clock import SystemClock
+from accord.cli import app
+from accord.engine.events import StageAccepted, StageSucceeded
+from accord.engine.orchestrator import Engine
+from accord.testing.plans import model_ingest_shape
+
+PLAN = model_ingest_shape(name="cli-shape")
+
+
+def _seed(url: str) -> tuple[str, str]:
+    """One completed run and one waiting on its first job."""
+
+    async def go() -> tuple[str, str]:
+        clock = SystemClock()
+        engine = Engine(
+            open_store(url, clock=clock), open_transport(url, clock=clock), clock, owns_ports=True
+        )
+        try:
+            await engine.register_plan(PLAN)
+            done = await engine.start_run(PLAN.name, {"modelId": "m1"}, tenant="acme")
+            for stage in ("render", "analyse", "metadata", "publish"):
+                run = await engine.load(done)
+                assert run is not None
+                cur = run.stages[stage]
+                ident: dict[str, Any] = {"run_id": done, "stage": stage, "attempt": cur.attempt}
+                await engine.deliver(StageAccepted(**ident, fence=cur.fence))
+                await engine.deliver(StageSucceeded(**ident, fence=cur.fence))
+            waiting = await engine.start_run(PLAN.name, {"modelId": "m2"}, tenant="acme")
+            return done, waiting
+        finally:
+            await engine.stop()
+
+    return asyncio.run(go())
+
+
+def test_runs_commands_read_and_steer(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    done, waiting = _seed(url)
+    cli = CliRunner()
+
+    listed = cli.invoke(app, ["runs", "list", "--store", url, "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {r["run_id"]: r for r in json.loads(listed.output)}
+    assert rows[done]["status"] == "completed" and rows[waiting]["status"] == "running"
+    only = cli.invoke(app, ["runs", "list", "--store", url, "--status", "completed", "--json"])
+    assert [r["run_id"] for r in json.loads(only.output)] == [done]
+
+    shown = cli.invoke(app, ["runs", "show", done, "--store", url, "--json"])
+    assert json.loads(shown.output)["stages"]["publish"]["status"] == "completed"
+    history = cli.invoke(app, ["runs", "history", done, "--store", url, "--json"])
+    assert json.loads(history.output)[0]["event"]["kind"] == "run-started"
+    explained = cli.invoke(app, ["runs", "explain", done, "--store", url])
+    assert explained.exit_code == 0 and "now completed" in explained.output
+
+    missing = cli.invoke(app, ["runs", "show", "run_nope", "--store", url])
+    assert missing.exit_code == 1
+    refused = cli.invoke(app, ["runs", "redrive", waiting, "render", "--store", url])
+    assert refused.exit_code == 1  # render is queued, not failed: the machine refuses
+
+    cancelled = cli.invoke(
+        app, ["runs", "cancel", waiting, "--store", url, "--reason", "t", "--json"]
+    )
+    assert cancelled.exit_code == 0, cancelled.output
+    assert json.loads(cancelled.output)["intent"] is not None
+    late = cli.invoke(app, ["runs", "cancel", done, "--store", url])
+    assert late.exit_code == 1
+
+    report = cli.invoke(app, ["engine", "reconcile", "--store", url, "--transport", url, "--json"])
+    assert report.exit_code == 0, report.output
+    assert json.loads(report.output)["republished"] >= 1  # the cancel's outbox entries
