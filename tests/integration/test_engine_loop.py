@@ -46,3 +46,48 @@ async def test_model_ingest_shape_runs_complete_and_drain(kind: str, tmp_path: P
         assert all(r.finalisers == ("completed",) for r in finished)
     finally:
         await engine.stop()
+
+
+async def test_two_engine_processes_share_one_sqlite_store(tmp_path: Path) -> None:
+    """Two engines (separate connections, as two processes have) compete for outcomes, timers
+    and the outbox of one file; compare-and-set and leases keep every invariant."""
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    plan = model_ingest_shape(name="shared", lookup_action=True, finaliser=True)
+    engines = [
+        Engine(open_store(url), open_transport(url), SystemClock(), actions=ACTIONS,
+               poll_ms=10, owns_ports=True, owner=f"engine-{i}")
+        for i in range(2)
+    ]  # fmt: skip
+    await engines[0].register_plan(plan)
+    for engine in engines:
+        await engine.start()
+    try:
+        async with worker_fleet(engines[0].transport):
+            runs = [
+                await engines[i % 2].start_run(plan.name, {"modelId": f"m{i}"}) for i in range(16)
+            ]
+            await wait_terminal(engines[1].store, runs)
+        for engine in engines:
+            await engine.executor.wait_idle()
+        finished = await assert_drained(engines[0], plan, runs)
+        assert {r.status for r in finished} == {"completed"}
+        assert sum(e.transitions for e in engines) >= 16 * 12  # both engines did work
+        assert all(e.transitions > 0 for e in engines)
+    finally:
+        for engine in engines:
+            await engine.stop()
+
+
+async def test_admission_uses_live_announcements() -> None:
+    clock = SystemClock()
+    engine = Engine(open_store("memory://", clock=clock), open_transport("memory://"), clock,
+                    actions=ACTIONS, owns_ports=True)  # fmt: skip
+    plan = model_ingest_shape(name="admitted", lookup_action=True, finaliser=True)
+    try:
+        missing = {d.code for d in await engine.admit(plan)}
+        assert missing == {"admission-no-live-worker"}
+        await engine.announce("w1", ["test.render@1", "test.analyse@1"], 60_000)
+        await engine.announce("w2", ["test.metadata@1", "test.publish@1"], 60_000)
+        assert await engine.admit(plan) == []
+    finally:
+        await engine.stop()

@@ -51,7 +51,8 @@ from accord.engine.ports import Clock, Commit, Store, Timer, Transport
 from accord.engine.reconciler import Reconciler, ReconcileReport
 from accord.engine.state import HistoryEntry, RunState
 from accord.engine.timers import TimerService
-from accord.errors import ConflictError, EngineError
+from accord.errors import ConflictError, Diagnostic, EngineError
+from accord.workflow.admission import admit
 from accord.workflow.plan import Plan
 
 __all__ = ["Delivered", "Engine", "Observer"]
@@ -345,6 +346,14 @@ class Engine:
 
     async def live_capabilities(self) -> dict[str, list[str]]:
         return await self.store.live_capabilities(self.clock.now_ms())
+
+    async def admit(self, plan: Plan) -> list[Diagnostic]:
+        """The compiler's admission check against the capabilities live right now: workers'
+        announcements plus this process's registered actions. Empty means admitted."""
+        live = await self.live_capabilities()
+        for capability in self.registry.capabilities():
+            live.setdefault(capability, []).append(self.owner)
+        return admit(plan, live)
 
     # -- loops -----------------------------------------------------------------------------
 

@@ -25,13 +25,16 @@ from accord.testing.sample_contracts import plain_note, scan_request
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "schemas" / "fixtures"
+SUBSET = ("progress.v1.yaml", "technical-metadata.v1.yaml", "thumbnail-generated.v1.yaml")
 
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the contract sources and the TypeScript package (sharing node_modules)."""
     root = tmp_path_factory.mktemp("repo")
-    shutil.copytree(ROOT / "schemas" / "contracts", root / "schemas" / "contracts")
+    (root / "schemas" / "contracts").mkdir(parents=True)
+    for name in SUBSET:  # a few self-contained contracts keep the repeated generations quick
+        shutil.copy(ROOT / "schemas" / "contracts" / name, root / "schemas" / "contracts")
     package = root / "bindings" / "typescript"
     (package / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "bindings/typescript/scripts/gen-types.mjs", package / "scripts")
@@ -79,8 +82,9 @@ def test_committed_bindings_match_a_fresh_generation() -> None:
     assert report.ok, f"run `make codegen`; differing: {report.differing}"
 
 
-def test_render_is_independent_of_input_order() -> None:
-    contracts = message_contracts(ROOT)
+def test_render_is_independent_of_input_order(workspace: Path) -> None:
+    contracts = message_contracts(workspace)
+    assert len(contracts) == len(SUBSET)
     assert render_all(ROOT, contracts) == render_all(ROOT, list(reversed(contracts)))
 
 

@@ -63,9 +63,11 @@ def test_escaped_dollar_is_a_literal() -> None:
 
 
 def test_resolves_nested_inputs() -> None:
-    inputs = parse_input(
-        {"id": "${context.id}", "opts": {"n": "${stages.a.result.n}", "list": ["${context.id}", 3]}}
-    )
+    raw = {
+        "id": "${context.id}",
+        "opts": {"n": "${stages.a.result.n}", "list": ["${context.id}", 3]},
+    }
+    inputs = {k: parse_input(v) for k, v in raw.items()}
     out = resolve_inputs(inputs, {"id": "m1"}, {"a": {"n": 4}})
     assert out == {"id": "m1", "opts": {"n": 4, "list": ["m1", 3]}}
     assert len(find_bindings(inputs)) == 3

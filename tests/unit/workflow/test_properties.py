@@ -107,6 +107,12 @@ def _first(doc: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((s for s in doc["stages"] if s["type"] == kind), None)
 
 
+def _need(doc: dict[str, Any], kind: str) -> dict[str, Any]:
+    found = _first(doc, kind)
+    assert found is not None
+    return found
+
+
 def _mutations(doc: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]], None]]]:
     out: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
         ("graph-unknown-target", lambda d: _tasks(d)[-1].update(on_success="nowhere")),
@@ -133,10 +139,10 @@ def _mutations(doc: dict[str, Any]) -> list[tuple[str, Callable[[dict[str, Any]]
     ]
     if _first(doc, "decision"):
         out.append(
-            ("graph-decision-fallback-missing", lambda d: _first(d, "decision")["branches"].pop())
-        )  # type: ignore[index]
+            ("graph-decision-fallback-missing", lambda d: _need(d, "decision")["branches"].pop())
+        )
     if _first(doc, "join"):
-        out.append(("graph-join-required-mismatch", lambda d: _first(d, "join")["required"].pop()))  # type: ignore[index]
+        out.append(("graph-join-required-mismatch", lambda d: _need(d, "join")["required"].pop()))
     if any(s.get("worker") for s in doc["stages"]):
         out.append(
             (

@@ -32,6 +32,7 @@ from accord.adapters import _store_rules as rules
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis import _listing
 from accord.adapters.stores.redis._catalog import Catalog
+from accord.adapters.stores.redis._claims import claim_across
 from accord.adapters.stores.redis._commit_args import commit_args
 from accord.adapters.stores.redis._scripts import ScriptCode, Scripts
 from accord.adapters.stores.redis._server import check_server, open_client, redis_errors, split_url
@@ -133,43 +134,46 @@ class RedisStore(Catalog):
 
     async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
         await self.ready()
-        timers: list[Timer] = []
-        for shard in self._shard_order():
-            if len(timers) >= limit:
-                break
+
+        async def claim(shard: int, quota: int) -> list[Timer]:
             s = self.keys.shards[shard]
-            async with redis_errors("claim_timers"):
-                flat = await self.scripts.claim_timers(
-                    keys=[s.timers, s.timer_data, s.timer_owner],
-                    args=[now_ms, now_ms + lease_ms, limit - len(timers), owner],
-                )
-            for timer_id, data in zip(flat[::2], flat[1::2], strict=True):
-                run_id, due, payload = json.loads(data)
-                timers.append(Timer(timer_id, run_id, due, payload))
-        return sorted(timers, key=lambda t: (t.due_at_ms, t.timer_id))
+            flat = await self.scripts.claim_timers(
+                keys=[s.timers, s.timer_data, s.timer_owner],
+                args=[now_ms, now_ms + lease_ms, quota, owner],
+            )
+            return [
+                Timer(timer_id, *json.loads(data))
+                for timer_id, data in zip(flat[::2], flat[1::2], strict=True)
+            ]
+
+        async with redis_errors("claim_timers"):
+            claimed = await claim_across(self._shard_order(), limit, claim)
+        return sorted((t for _, t in claimed), key=lambda t: (t.due_at_ms, t.timer_id))
 
     async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
         await self.ready()
         now = self.clock.now_ms()
-        claimed: list[tuple[tuple[int, int], OutboxEntry]] = []
-        for shard in self._shard_order():
-            if len(claimed) >= limit:
-                break
+
+        async def claim(shard: int, quota: int) -> list[tuple[tuple[int, int], OutboxEntry]]:
             s = self.keys.shards[shard]
-            async with redis_errors("claim_outbox"):
-                flat = await self.scripts.claim_outbox(
-                    keys=[s.outbox, s.outbox_lease],
-                    args=[now, now + lease_ms, limit - len(claimed), owner],
-                )
+            flat = await self.scripts.claim_outbox(
+                keys=[s.outbox, s.outbox_lease], args=[now, now + lease_ms, quota, owner]
+            )
+            entries = []
             for n in range(0, len(flat), 6):
                 sid, entry_id, run_id, topic, payload, created = flat[n : n + 6]
                 ms, seq = sid.split("-")
-                self._entry_shard[entry_id] = shard
                 entry = OutboxEntry(entry_id, run_id, topic, json.loads(payload), int(created))
-                claimed.append(((int(ms), int(seq)), entry))
-        if len(self._entry_shard) > 100_000:  # a claim never marked done: forget, fall back
+                entries.append(((int(ms), int(seq)), entry))
+            return entries
+
+        async with redis_errors("claim_outbox"):
+            claimed = await claim_across(self._shard_order(), limit, claim)
+        if len(self._entry_shard) > 100_000:  # claims never marked done: forget, fall back
             self._entry_shard.clear()
-        return [entry for _, entry in sorted(claimed, key=lambda c: c[0])]
+        for shard, (_, entry) in claimed:
+            self._entry_shard[entry.entry_id] = shard
+        return [entry for _, (_, entry) in sorted(claimed, key=lambda c: c[1][0])]
 
     async def outbox_done(self, entry_ids: Sequence[str]) -> None:
         if not entry_ids:
@@ -181,14 +185,14 @@ class RedisStore(Catalog):
             targets = range(self.keys.shard_count) if shard is None else (shard,)
             for n in targets:  # an id claimed elsewhere: ask every shard (unknown ids are no-ops)
                 by_shard.setdefault(n, []).append(entry_id)
-        pipe = self.client.pipeline(transaction=False)
+        calls = []
         for shard, ids in by_shard.items():
             s = self.keys.shards[shard]
-            await self.scripts.done_outbox(
-                keys=[s.outbox, s.outbox_ids, s.outbox_lease], args=ids, client=pipe
+            calls.append(
+                self.scripts.done_outbox(keys=[s.outbox, s.outbox_ids, s.outbox_lease], args=ids)
             )
         async with redis_errors("outbox_done"):
-            await pipe.execute()
+            await asyncio.gather(*calls)
 
     async def list_runs(self, limit: int = 100, **filters: str) -> list[StoredRun]:
         await self.ready()
