@@ -7,12 +7,12 @@ BIN := $(VENV)/bin
 TS := bindings/typescript
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check fmt fmt-check lint typecheck imports pytest ts-test codegen codegen-check bench bench-smoke clean setup node
+.PHONY: demo test test-deps check fmt fmt-check lint typecheck imports pytest ts-test codegen codegen-check bench bench-smoke clean setup node
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard workers/*/pyproject.toml)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e workers/metadata-extract -e workers/thumbnail-render -e workers/semantic-analyse
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -26,7 +26,13 @@ node: $(TS)/node_modules/.installed
 demo: $(STAMP) node
 	$(BIN)/accord demo
 
-test: $(STAMP) node
+# the 3D corpus the worker tests sweep (Debian's assimp-testmodels), installed where apt exists
+test-deps:
+	@if ! dpkg -s assimp-testmodels >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends assimp-testmodels; \
+	fi
+
+test: $(STAMP) node test-deps
 	$(MAKE) check
 
 check: fmt-check lint typecheck imports codegen-check pytest ts-test bench-smoke

@@ -106,3 +106,75 @@ def test_typescript_agrees_with_python_on_every_fixture(ts_verdicts: dict[str, A
         assert (ts["ok"], ts["paths"]) == (fixture["expect"]["ok"], fixture["expect"]["paths"])
         if py.ok:
             assert ts["normalised"] == py.value == fixture["expect"]["normalised"], key
+
+
+RAW_CASES: list[tuple[str, int, bytes]] = [
+    ("progress", 1, b'{"percent": 10, "message": "a,\\"b{[: x"}'),
+    ("progress", 1, b'{"percent": 10, "percent": 11}'),
+    ("technical-metadata", 1, b'{"bounds": {"min": {"x": 1, "x": 2}}}'),
+    ("technical-metadata", 1, b'{"bounds": {"min": {"x": 1}, "max": {"x": 2}}}'),
+    ("progress", 1, b'{"percent": NaN}'),
+    ("progress", 1, b'{"percent": -Infinity}'),
+    ("progress", 1, b'{"percent": 1, "message": "\xff"}'),
+    ("progress", 1, b'\xef\xbb\xbf{"percent": 1}'),
+    ("progress", 1, b'{"percent": 1, "message": "\\ud800"}'),
+    ("progress", 1, b'{"percent": 1, "message": "\\ud83d\\ude00"}'),
+    ("progress", 1, b'{"percent": 1, "message": ' + b"[" * 70 + b"]" * 70 + b"}"),
+    ("progress", 1, b'{"percent": 1, "message": ' + b"[" * 63 + b"]" * 63 + b"}"),
+    ("progress", 1, b'{"percent": 1, "message": "' + b"x" * (1 << 20) + b'"}'),
+    ("progress", 1, b'{"percent": '),
+    ("progress", 1, b""),
+]
+
+
+def test_typescript_agrees_with_python_on_raw_input(
+    tmp_path: Path, ts_verdicts: dict[str, Any]
+) -> None:
+    """Byte-level refusals (size, encoding, duplicates, depth, …) carry the same codes."""
+    assert ts_verdicts  # the fixture builds the package
+    import base64
+
+    cases = [
+        {"contract": c, "version": v, "base64": base64.b64encode(data).decode()}
+        for c, v, data in RAW_CASES
+    ]
+    spec = tmp_path / "cases.json"
+    spec.write_text(json.dumps(cases))
+    run = subprocess.run(
+        ["node", "dist/cli/verdicts.js", "--raw", str(spec)],
+        cwd=PACKAGE,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    ts = json.loads(run.stdout)
+    contracts = _contracts()
+    expected_codes = [
+        [],
+        ["duplicate-key"],
+        ["duplicate-key"],
+        None,
+        ["non-finite-number"],
+        ["non-finite-number"],
+        ["not-utf8"],
+        ["malformed-json"],
+        ["lone-surrogate"],
+        [],
+        ["too-deep"],
+        None,
+        ["oversized"],
+        ["malformed-json"],
+        ["malformed-json"],
+    ]
+    for (name, version, data), verdict, codes in zip(RAW_CASES, ts, expected_codes, strict=True):
+        py = Validator.for_contract(contracts[(name, version)]).validate(data)
+        py_verdict = {
+            "ok": py.ok,
+            "codes": [v.code for v in py.violations],
+            "paths": [v.path for v in py.violations],
+        }
+        assert verdict == py_verdict, data[:80]
+        if codes is not None:
+            assert py_verdict["codes"] == codes, data[:80]

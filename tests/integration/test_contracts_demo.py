@@ -1,4 +1,4 @@
-"""`accord demo` (interim): lint, diff, publish and generate in a scratch copy of the repository."""
+"""`accord demo`, contract phase: lint, diff, publish and generate in a scratch copy of the repository."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_demo_runs_every_step_and_is_idempotent(
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
     monkeypatch.chdir(tmp_path)
 
-    first = CliRunner().invoke(app, ["demo"], env={"COLUMNS": "200"})
+    first = CliRunner().invoke(app, ["demo", "--contracts-only"], env={"COLUMNS": "200"})
     assert first.exit_code == 0, first.output
     assert "25 new" in first.output and "accepted" in first.output
     assert (
@@ -36,7 +36,7 @@ def test_demo_runs_every_step_and_is_idempotent(
     ).is_file()
     assert any((tmp_path / "src" / "accord" / "generated").glob("*.py"))
 
-    second = CliRunner().invoke(app, ["demo"], env={"COLUMNS": "200"})
+    second = CliRunner().invoke(app, ["demo", "--contracts-only"], env={"COLUMNS": "200"})
     assert second.exit_code == 0, second.output
     assert "0 new, 25 unchanged" in second.output and "0 written" in second.output
 

@@ -71,7 +71,7 @@ async def test_two_engine_processes_share_one_sqlite_store(tmp_path: Path) -> No
             await engine.executor.wait_idle()
         finished = await assert_drained(engines[0], plan, runs)
         assert {r.status for r in finished} == {"completed"}
-        assert sum(e.transitions for e in engines) >= 16 * 12  # both engines did work
+        assert sum(e.transitions for e in engines) >= 16 * 11  # 11 accepted events per run
         assert all(e.transitions > 0 for e in engines)
     finally:
         for engine in engines:

@@ -170,12 +170,15 @@ async def test_dead_lettered_job_is_quarantined_by_reconciler() -> None:
 
 async def test_malformed_outcome_is_quarantined_never_dropped() -> None:
     async with EngineHarness(actions=ACTIONS) as h:
-        await h.start_run(PLAN, {"modelId": "m1"})
+        run = await h.start_run(PLAN, {"modelId": "m1"})
         results = await h.send_outcome("junk-1", b'{"messageType": "succeeded", "runId": 7}')
         assert results == [None]
         assert h.engine.intake.quarantined[0]["reason"] == "field 'runId' must be str"
+        _, orphan = outcome(h.job(run, "render") | {"runId": "run_gone"}, "accepted")
+        assert await h.send_outcome("orphan-1", orphan) == [None]
         held = await h.take(h.engine.intake.queue + ".quarantine")
-        assert json.loads(held[0].body)["message_id"] == "junk-1"
+        reasons = {json.loads(d.body)["message_id"]: json.loads(d.body)["reason"] for d in held}
+        assert reasons == {"junk-1": "field 'runId' must be str", "orphan-1": "no run 'run_gone'"}
         assert await h.take(h.engine.intake.queue) == []
 
 
@@ -255,3 +258,14 @@ async def test_capability_announcements_expire() -> None:
         assert (await h.engine.live_capabilities())["thumbnail.render@3"] == ["w1"]
         h.clock.advance(10_001)
         assert await h.engine.live_capabilities() == {}
+
+
+async def test_i2_starting_a_run_twice_creates_it_once() -> None:
+    async with EngineHarness(actions=ACTIONS) as h:
+        await h.start_run(PLAN, {"modelId": "m1"}, run_id="run_once")
+        await h.crash()  # a fresh process knows nothing: its create-only commit must lose
+        await h.start_run(PLAN, {"modelId": "m2"}, run_id="run_once")
+        kinds = await _history_kinds(h, "run_once")
+        assert kinds == [("run-started", True, None), ("run-started", False, "duplicate")]
+        assert (await h.run("run_once")).context == {"modelId": "m1"}
+        assert len(await h.jobs("render")) == 1

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -21,10 +22,21 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from redis.crc import key_slot
 
 from accord.adapters import open_store
 from accord.adapters.stores.memory import MemoryStore
 from accord.adapters.stores.redis import RedisStore
+from accord.adapters.stores.redis.keys import (
+    MAX_UPDATED_AT,
+    StoreKeys,
+    check_identifier,
+    index_member,
+    index_prefix,
+    order_key,
+)
 from accord.engine.ports import Commit, OutboxEntry, Store, Timer
 from accord.errors import ConflictError, StoreError
 from accord.testing.clock import FakeClock
@@ -71,8 +83,6 @@ async def keyspace(store: RedisStore) -> dict[str, bytes]:
     was written in between."""
     client = store.client
     names = sorted([k async for k in client.scan_iter(match=f"{store.keys.prefix}:*")])
-    raw = client.connection_pool.connection_kwargs
-    assert raw.get("decode_responses")
     dumps = [await client.execute_command("DUMP", k, NEVER_DECODE=True) for k in names]
     return dict(zip(names, dumps, strict=True))
 
@@ -102,6 +112,47 @@ def private(tmp_path: Path) -> Iterator[PrivateRedis]:
     server = PrivateRedis(tmp_path).start()
     yield server
     server.kill()
+
+
+# ---- keys (pure) -----------------------------------------------------------------------------
+
+IDENTIFIER = re.compile(r"[A-Za-z0-9._@/+=-]{1,200}")
+
+
+@given(st.text(max_size=210) | st.from_regex(IDENTIFIER, fullmatch=True))
+def test_only_grammatical_identifiers_reach_a_key(value: str) -> None:
+    grammatical = IDENTIFIER.fullmatch(value) is not None and ".." not in value.split("/")
+    try:
+        check_identifier(value, "run id")
+    except StoreError:
+        assert not grammatical
+    else:
+        assert grammatical
+        assert not set(value) & set(":{}* \n\r\t") and len(value) <= 200
+
+
+@given(st.from_regex(IDENTIFIER, fullmatch=True), st.integers(1, 64))
+def test_every_key_of_a_commit_is_in_one_cluster_slot(run_id: str, shards: int) -> None:
+    assume(".." not in run_id.split("/"))
+    keys = StoreKeys("accord", shards).run(run_id).commit_keys()
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, MAX_UPDATED_AT), st.from_regex(IDENTIFIER, fullmatch=True)),
+        min_size=2,
+        max_size=20,
+    ),
+    st.text(min_size=0, max_size=8),
+)
+def test_index_entries_sort_newest_first_then_by_run_id(
+    runs: list[tuple[int, str]], value: str
+) -> None:
+    members = {index_member("status", value, order_key(at), rid): (at, rid) for at, rid in runs}
+    by_bytes = [members[m] for m in sorted(members, key=lambda m: m.encode())]
+    assert by_bytes == sorted(members.values(), key=lambda r: (-r[0], r[1]))
+    assert all(m.startswith(index_prefix("status", value)) for m in members)
 
 
 # ---- concurrency ------------------------------------------------------------------------------
@@ -223,9 +274,7 @@ async def test_a_run_id_that_cannot_be_a_key_is_refused_before_any_write(
             await store.commit(Commit(bad, 0, {}, [{"h": 1}], [box("o", bad)]))
         assert await store.load(bad) is None
         assert await store.history(bad) == []
-    assert await keyspace(store) == {
-        f"{store.keys.prefix}:meta": (await keyspace(store))[f"{store.keys.prefix}:meta"]
-    }
+    assert list(await keyspace(store)) == [f"{store.keys.prefix}:meta"]  # nothing but the meta
 
 
 # ---- leases -----------------------------------------------------------------------------------
@@ -372,6 +421,32 @@ async def test_persistence_off_is_logged_as_a_warning(
         private.client().config_set("appendonly", "no")
         await (await RedisStore.connect(private.url(prefix="other"))).close()
     assert any("no persistence" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_documented_acl_is_enough_and_fences_other_prefixes(
+    private: PrivateRedis,
+) -> None:
+    rules = (  # the rule line of docs/redis.md
+        "on >s3cret resetkeys ~accord:* resetchannels"
+        " -@all +@read +@write +@stream +@scripting +@connection +info +config|get"
+    )
+    admin: Any = private.client()  # execute_command is untyped in redis-py
+    admin.execute_command("ACL", "SETUSER", "accord", *rules.split())
+    url = f"redis://accord:s3cret@127.0.0.1:{private.port}/0?prefix=accord"
+    store = await RedisStore.connect(url, FakeClock())
+    timers = [Timer("t1", "r1", 5, {})]
+    await store.commit(Commit("r1", 0, {}, [{"h": 1}], [box("o1")], timers, index={"a": "b"}))
+    assert [e.entry_id for e in await store.claim_outbox(5, "d", 100)] == ["o1"]
+    await store.outbox_done(["o1"])
+    assert [t.timer_id for t in await store.claim_timers(5, 5, "t", 100)] == ["t1"]
+    assert [r.run_id for r in await store.list_runs(a="b")] == ["r1"]
+    await store.put_plan("sha256:aa", {"p": 1})
+    await store.set_active("wf", "sha256:aa")
+    await store.announce("w1", ["cap@1"], 10)
+    assert await store.live_capabilities(5) == {"cap@1": ["w1"]}
+    await store.close()
+    with pytest.raises(StoreError, match="no permissions"):
+        await RedisStore.connect(url.replace("prefix=accord", "prefix=elsewhere"))
 
 
 async def test_a_keyspace_keeps_its_shard_count(store: RedisStore) -> None:

@@ -10,6 +10,7 @@ import { CONTRACTS, type ContractEntry } from "./generated/registry";
 import { FORMAT_PATTERNS } from "./generated/formats";
 import { normalise, toleranceTree, type Schema } from "./normalise";
 import { fromPointer, join } from "./paths";
+import { decodeUtf8, JsonRejected, parseStrict } from "./strictjson";
 
 export * from "./generated/types";
 export { CONTRACTS } from "./generated/registry";
@@ -136,25 +137,28 @@ export function validate(
   return { ok: false, errors, value: normalised, ignored };
 }
 
-/** Like `validate` but for JSON text, refusing input over the contract's byte limit first. */
+/**
+ * Like `validate` but for JSON text or UTF-8 bytes: input over the contract's byte limit is
+ * refused before decoding, then decoding is strict (see ./strictjson), as in Python.
+ */
 export function validateJson(
   name: string,
   version: number,
-  text: string,
+  input: string | Uint8Array,
   options: ValidateOptions = {},
 ): ValidationResult {
   const entry = entryFor(name, version);
-  const size = Buffer.byteLength(text, "utf8");
+  const size = typeof input === "string" ? Buffer.byteLength(input, "utf8") : input.byteLength;
   if (size > entry.maxBytes) {
     const message = `${size} bytes exceeds the limit of ${entry.maxBytes}`;
     return { ok: false, errors: [{ path: "", message, code: "oversized" }], value: undefined, ignored: [] };
   }
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    value = parseStrict(typeof input === "string" ? input : decodeUtf8(input));
   } catch (error) {
-    const message = `malformed JSON: ${(error as Error).message}`;
-    return { ok: false, errors: [{ path: "", message, code: "malformed-json" }], value: undefined, ignored: [] };
+    if (!(error instanceof JsonRejected)) throw error;
+    return { ok: false, errors: [{ path: "", message: error.message, code: error.code }], value: undefined, ignored: [] };
   }
   return validate(name, version, value, options);
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from accord.cli import contracts, demo, engine, runs, workflow
+from accord.cli import contracts, demo, engine, runs, worker, workflow
 
 app = typer.Typer(
     name="accord",
@@ -21,6 +21,7 @@ app.add_typer(contracts.app, name="contracts")
 app.add_typer(workflow.app, name="workflow")
 app.add_typer(engine.app, name="engine")
 app.add_typer(runs.app, name="runs")
+app.add_typer(worker.app, name="worker")
 app.command("demo")(demo.demo)
 
 

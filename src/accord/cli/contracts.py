@@ -16,7 +16,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from accord.cli._common import EXIT_REFUSED, console, emit_json, print_diagnostics, usage
+from accord.cli._common import (
+    EXIT_REFUSED,
+    console,
+    emit_json,
+    print_diagnostics,
+    refuse,
+    usage,
+)
 from accord.cli._registry import Workspace, print_report, refused_json, summary, workspace
 from accord.contracts import compat
 from accord.contracts.canonical import contract_digest, to_canonical
@@ -175,6 +182,8 @@ def codegen(
         report = generate_all(workspace().root, check=check)
     except ContractLintError as exc:
         refused_json(json, "sources do not lint", exc.diagnostics)
+    except ContractError as exc:  # e.g. the TypeScript toolchain is not installed
+        refuse(str(exc))
     if json:
         emit_json(
             {

@@ -116,7 +116,8 @@ def check(file: Path, contracts: ContractsOpt = DEFAULT_CONTRACTS, json: JsonOpt
     """Check a definition through every layer; exit 1 when it is refused."""
     plan = _compiled(file, contracts, json)
     if json:
-        emit_json({"ok": True, "digest": plan.digest, "diagnostics": []})
+        warnings = [d.as_dict() for d in compile_file(file, _catalog(contracts)).warnings]
+        emit_json({"ok": True, "digest": plan.digest, "diagnostics": warnings})
     else:
         typer.echo(f"{file}: ok {plan.name} {plan.version} {plan.digest}")
 

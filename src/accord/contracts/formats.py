@@ -2,21 +2,24 @@
 
 JSON Schema engines disagree on what ``format`` means (annotation or assertion, and which
 grammar), so Accord fixes it: each known format is one regular expression written in the common
-subset of Python ``re`` and ECMAScript ``RegExp`` (ASCII classes spelled out, no ``\\d``), and the
-TypeScript binding is generated from this very table. A format not listed here is an annotation
-only, in every language.
+subset of Python ``re``, Rust ``regex`` (what ``jsonschema_rs`` runs) and ECMAScript ``RegExp``:
+ASCII classes spelled out (no ``\\d``), anchored, no lookaround. The validators compile each
+into a ``pattern`` of their engine schema and the TypeScript binding is generated from this very
+table. A format not listed here is an annotation only, in every language.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["FORMAT_PATTERNS", "format_checkers"]
+__all__ = ["FORMAT_PATTERNS"]
 
 _DATE = r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
 _TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\.[0-9]+)?"
+_CHAR = r"[^/\u0000-\u001f\u007f\\]"
+_FIRST = r"[^./\u0000-\u001f\u007f\\]"
+_SEGMENT = rf"(?:{_FIRST}{_CHAR}*|\.{_FIRST}{_CHAR}*|\.\.{_CHAR}+)"
 _OFFSET = r"(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 
 FORMAT_PATTERNS: Mapping[str, str] = MappingProxyType(
@@ -25,21 +28,11 @@ FORMAT_PATTERNS: Mapping[str, str] = MappingProxyType(
         "date-time": rf"^{_DATE}[Tt]{_TIME}{_OFFSET}$",
         "digest": r"^sha256:[0-9a-f]{64}$",
         "duration-ms": r"^[0-9]{1,15}$",
-        # an object-store key: relative, no empty, '.' or '..' segment, no control characters
-        "object-key": (
-            r"^(?!/)(?!.*//)(?!(?:.*/)?\.{1,2}(?:/|$))[^\u0000-\u001f\u007f\\]{1,1024}$"
-        ),
+        # an object-store key: relative, '/'-separated, no empty, '.' or '..' segment, no control
+        # character or backslash (lengths are the field's maxLength; no lookaround, so every
+        # engine runs it as a plain automaton)
+        "object-key": rf"^{_SEGMENT}(?:/{_SEGMENT})*$",
         "uri": r"^[A-Za-z][A-Za-z0-9+.-]*:[^\u0000-\u0020\u007f]+$",
         "uuid": r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$",
     }
 )
-
-
-def _checker(pattern: str) -> Callable[[str], bool]:
-    compiled = re.compile(pattern)
-    return lambda value: compiled.fullmatch(value) is not None
-
-
-def format_checkers() -> dict[str, Callable[[str], bool]]:
-    """One predicate per known format, for ``jsonschema_rs`` (``formats=``)."""
-    return {name: _checker(pattern) for name, pattern in FORMAT_PATTERNS.items()}

@@ -77,7 +77,12 @@ def _walk(node: _Obj | _Arr | bool, value: Any) -> Any:
         return [_walk(node.item, item) for item in value]
     if not isinstance(value, dict):
         return value
-    return {name: _walk(node.fields.get(name, True), item) for name, item in value.items()}
+    fields, out = node.fields, {}
+    for name, item in value.items():
+        sub = fields.get(name, True)
+        # leaves are decided inline: one call per nested object, not one per member
+        out[name] = MASK if sub is True else item if sub is False else _walk(sub, item)
+    return out
 
 
 def sensitive_paths(contract: MessageContract) -> list[str]:

@@ -14,6 +14,7 @@ the envelope's idempotency key for their own side effects.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,7 @@ def _fence(envelope: Mapping[str, Any]) -> str:
 
 
 Deliver = Callable[[Event], Awaitable[object]]
+log = logging.getLogger("accord.engine.actions")
 
 
 class ActionExecutor:
@@ -141,5 +143,9 @@ class ActionExecutor:
                     message=type(exc).__name__,
                     message_id=f"{entry_id}:failed",
                 )
-        await self._deliver(event)
+        try:
+            await self._deliver(event)
+        except Exception:  # not marked done: the outbox sweep runs the action again
+            log.exception("outcome of action %s for run %s not committed", capability, run)
+            return
         self._on_done(entry_id)

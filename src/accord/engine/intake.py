@@ -16,6 +16,8 @@ the machine records without a second release (I2).
 A delivery intake cannot read is never dropped silently: it is quarantined with its reason on
 ``<queue>.quarantine`` (and counted) and then acknowledged. Results are checked against their
 contracts by the engine's result hooks (:mod:`accord.engine.checks`), where the plan is known.
+``deliver`` answers whether a run took the event; an outcome for a run that does not exist is
+quarantined too.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ class Intake:
     def __init__(
         self,
         transport: Transport,
-        deliver: Callable[[Event], Awaitable[object]],
+        deliver: Callable[[Event], Awaitable[bool]],
         *,
         queue: str = OUTCOMES_QUEUE,
     ) -> None:
@@ -134,7 +136,9 @@ class Intake:
         except MalformedOutcome as exc:
             await self._quarantine(delivery, str(exc))
             return None
-        await self._deliver(event)
+        if not await self._deliver(event):
+            await self._quarantine(delivery, f"no run {event.run_id!r}")
+            return None
         await self._transport.ack(delivery)
         self.processed += 1
         return event

@@ -22,12 +22,10 @@ also the one place allowed to import adapters (:meth:`Engine.from_urls`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -46,9 +44,12 @@ from accord.engine.events import (
     TimerFired,
 )
 from accord.engine.intake import OUTCOMES_QUEUE, Intake
+from accord.engine.lifecycle import Loops
 from accord.engine.outbox import build_commit
-from accord.engine.ports import Clock, Commit, Store, Timer, Transport
+from accord.engine.plans import PlanBook
+from accord.engine.ports import Clock, Store, Transport
 from accord.engine.reconciler import Reconciler, ReconcileReport
+from accord.engine.runcache import RunCache
 from accord.engine.state import HistoryEntry, RunState
 from accord.engine.timers import TimerService
 from accord.errors import ConflictError, Diagnostic, EngineError
@@ -103,13 +104,11 @@ class Engine:
         self.owner = owner or f"engine-{secrets.token_hex(4)}"
         self.registry = actions if isinstance(actions, ActionRegistry) else ActionRegistry(actions)
         self._owns_ports = owns_ports
-        self._retries, self._cache_size = conflict_retries, cache_size
-        self._poll_ms, self._reconcile_every_ms = poll_ms, reconcile_every_ms
+        self._retries = conflict_retries
         self.observers: list[Observer] = list(observers)
         self._dispatch = dispatch  # False: leave the outbox to the engine processes' sweep
-        self._plans: dict[str, Plan] = {}
-        self._cache: OrderedDict[str, tuple[int, RunState]] = OrderedDict()
-        self._locks: dict[str, list[Any]] = {}  # run id → [lock, holders and waiters]
+        self.plans = PlanBook(store)
+        self.runs = RunCache(cache_size)
         self.executor = ActionExecutor(self.registry, self.deliver, self._action_done)
         self.dispatcher = Dispatcher(
             store, transport, clock, self.executor, sink, owner=self.owner,
@@ -118,21 +117,17 @@ class Engine:
         self.timers = TimerService(
             store, clock, self.deliver, owner=self.owner, lease_ms=lease_ms, poll_ms=poll_ms
         )
-        self.intake = Intake(transport, self.deliver, queue=outcomes_queue)
+        self.intake = Intake(transport, self._deliver_outcome, queue=outcomes_queue)
         self.result_checks = list(result_checks)
         self.reconciler = Reconciler(
-            store,
-            transport,
-            clock,
-            self.deliver,
-            dispatcher=self.dispatcher,
-            rearm=self.rearm,
-            plans=self.plan,
-            lease_ms=lease_ms,
-        )
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._intake_task: asyncio.Task[None] | None = None
+            store, transport, clock, self.deliver, dispatcher=self.dispatcher, runs=self.runs,
+            plans=self.plan, lease_ms=lease_ms,
+        )  # fmt: skip
+        self.loops = Loops(
+            dispatcher=self.dispatcher, timers=self.timers, intake=self.intake,
+            executor=self.executor, reconcile=self.reconcile, quiesce=self._idle_wait,
+            poll_ms=poll_ms, reconcile_every_ms=reconcile_every_ms,
+        )  # fmt: skip
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -163,20 +158,10 @@ class Engine:
     # -- plans -----------------------------------------------------------------------------
 
     async def register_plan(self, plan: Plan, *, activate: bool = True) -> str:
-        await self.store.put_plan(plan.digest, plan.to_json())
-        if activate:
-            await self.store.set_active(plan.name, plan.digest)
-        self._plans[plan.digest] = plan
-        return plan.digest
+        return await self.plans.register(plan, activate=activate)
 
     async def plan(self, digest: str) -> Plan:
-        plan = self._plans.get(digest)
-        if plan is None:
-            doc = await self.store.get_plan(digest)
-            if doc is None:
-                raise EngineError(f"plan {digest} is not stored")
-            plan = self._plans[digest] = Plan.from_json(doc)
-        return plan
+        return await self.plans.get(digest)
 
     # -- the one path every event takes ----------------------------------------------------
 
@@ -188,19 +173,14 @@ class Engine:
         run_id: str | None = None,
     ) -> str:
         """Start a run of ``workflow`` (a name, using its active plan, or a plan digest)."""
-        digest = (
-            workflow if workflow.startswith("sha256:") else await self.store.get_active(workflow)
-        )
-        if digest is None:
-            raise EngineError(f"workflow {workflow!r} has no active plan")
-        plan = await self.plan(digest)
+        plan = await self.plans.resolve(workflow)
         rid = run_id or f"run_{secrets.token_hex(12)}"
         await self.deliver(
             RunStarted(
                 run_id=rid,
                 tenant=tenant,
                 workflow=plan.name,
-                plan_digest=digest,
+                plan_digest=plan.digest,
                 context=dict(context or {}),
                 contracts=dict(plan.contracts),
             )
@@ -228,34 +208,21 @@ class Engine:
         self._inflight += 1
         self._idle.clear()
         try:
-            async with self._run_lock(event.run_id):
+            async with self.runs.lock(event.run_id):
                 return await self._deliver_locked(event)
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
 
-    @contextlib.asynccontextmanager
-    async def _run_lock(self, run_id: str) -> AsyncIterator[None]:
-        """Serialise work on one run in this process; the entry lives while anyone holds or
-        waits for it (a released lock with waiters must not be replaced by a fresh one)."""
-        entry = self._locks.get(run_id)
-        if entry is None:
-            entry = self._locks[run_id] = [asyncio.Lock(), 0]
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self._locks[run_id]
-
     async def _deliver_locked(self, event: Event) -> Delivered:
         run_id = event.run_id
         fired = event.timer_id if isinstance(event, TimerFired) else None
         for attempt in range(self._retries):
-            version, run = await self._current(run_id, fresh=attempt > 0)
+            if attempt == 0 and isinstance(event, RunStarted) and self.runs.get(run_id) is None:
+                version, run = 0, None  # a new run: the create-only commit checks that it is
+            else:
+                version, run = await self._current(run_id, fresh=attempt > 0)
             digest = run.plan_digest if run else getattr(event, "plan_digest", "")
             if not digest:
                 return Delivered(run_id, version, None, (), ())  # no such run: nothing to do
@@ -280,10 +247,10 @@ class Engine:
                 new_version = await self.store.commit(commit)
             except ConflictError:
                 self.conflicts += 1
-                self._cache.pop(run_id, None)
+                self.runs.forget(run_id)
                 continue
             self.transitions += 1
-            self._remember(run_id, new_version, new)
+            self.runs.remember(run_id, new_version, new)
             if self._dispatch:
                 await self.dispatcher.dispatch(commit.outbox)
             done = Delivered(run_id, new_version, new, tuple(t.effects), tuple(t.history))
@@ -293,42 +260,24 @@ class Engine:
         raise EngineError(f"run {run_id}: gave up after {self._retries} conflicting commits")
 
     async def _current(self, run_id: str, *, fresh: bool) -> tuple[int, RunState | None]:
-        cached = None if fresh else self._cache.get(run_id)
+        cached = None if fresh else self.runs.get(run_id)
         if cached is not None:
             return cached
         stored = await self.store.load(run_id)
         if stored is None:
             return 0, None
         run = RunState.from_json(stored.state)
-        self._remember(run_id, stored.version, run)
+        self.runs.remember(run_id, stored.version, run)
         return stored.version, run
 
-    def _remember(self, run_id: str, version: int, run: RunState) -> None:
-        if run.terminal:
-            self._cache.pop(run_id, None)
-            return
-        self._cache[run_id] = (version, run)
-        self._cache.move_to_end(run_id)
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+    async def _deliver_outcome(self, event: Event) -> bool:
+        return (await self.deliver(event)).run is not None
+
+    async def _idle_wait(self) -> None:
+        await self._idle.wait()
 
     def _action_done(self, entry_id: str) -> None:
         self.dispatcher.mark_done(entry_id)
-
-    async def rearm(self, run_id: str, timers: Sequence[Timer]) -> bool:
-        """Write ``timers`` again for a run whose deadline went missing (same ids: an upsert).
-        The record is unchanged; only its version moves. False if the run is gone or terminal."""
-        async with self._run_lock(run_id):
-            self._cache.pop(run_id, None)
-            stored = await self.store.load(run_id)
-            if stored is None or RunState.from_json(stored.state).terminal:
-                return False
-            commit = Commit(run_id, stored.version, stored.state, timers_set=tuple(timers))
-            try:
-                await self.store.commit(commit)
-            except ConflictError:
-                return False  # the run moved on: the next reconcile looks again
-            return True
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -355,7 +304,7 @@ class Engine:
             live.setdefault(capability, []).append(self.owner)
         return admit(plan, live)
 
-    # -- loops -----------------------------------------------------------------------------
+    # -- loops (see :mod:`accord.engine.lifecycle`) -----------------------------------------
 
     async def reconcile(self) -> ReconcileReport:
         return await self.reconciler.run_once()
@@ -368,50 +317,11 @@ class Engine:
         return fired + handed
 
     async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
-        self._stop.clear()
-        if reconcile_first:
-            await self.reconcile()
-        spawn = asyncio.get_running_loop().create_task
-        self._tasks = [spawn(self.timers.run(self._stop)), spawn(self._housekeeping())]
-        if intake:
-            self._intake_task = spawn(self.intake.run(self._stop.is_set))
-        if self.dispatcher.has_sink:
-            self._tasks.append(spawn(self.dispatcher.run_telemetry(self._stop)))
-
-    async def _housekeeping(self) -> None:
-        """Flush done-marks every poll; sweep stranded entries every grace period; reconcile
-        fully every ``reconcile_every_ms``."""
-        since_sweep = since_reconcile = 0
-        sweep_every = max(self.dispatcher.grace_ms, self._poll_ms, 100)
-        while not self._stop.is_set():
-            try:
-                await self.dispatcher.flush()
-                since_sweep += self._poll_ms
-                since_reconcile += self._poll_ms
-                if since_reconcile >= self._reconcile_every_ms:
-                    since_reconcile = since_sweep = 0
-                    await self.reconcile()
-                elif since_sweep >= sweep_every:
-                    since_sweep = 0
-                    await self.dispatcher.sweep()
-            except Exception:
-                log.exception("housekeeping pass failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), self._poll_ms / 1000)
+        await self.loops.start(intake=intake, reconcile_first=reconcile_first)
 
     async def stop(self) -> None:
         """Stop the loops, finish in-flight deliveries and actions, flush, close owned ports."""
-        self._stop.set()
-        if self._intake_task is not None:  # it waits on the transport: cancel between items
-            await self.intake.wait_idle()
-            self._intake_task.cancel()
-            await asyncio.gather(self._intake_task, return_exceptions=True)
-            self._intake_task = None
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        await self.executor.wait_idle()
-        await self._idle.wait()
-        await self.dispatcher.flush()
+        await self.loops.stop()
         if self._owns_ports:
             await self.transport.close()
             await self.store.close()

@@ -26,8 +26,10 @@ from typing import Any
 from accord.engine.dispatcher import Dispatcher
 from accord.engine.events import Event, PoisonReported
 from accord.engine.ids import timer_id
-from accord.engine.ports import Clock, Store, Timer, Transport
+from accord.engine.ports import Clock, Commit, Store, Timer, Transport
+from accord.engine.runcache import RunCache
 from accord.engine.state import ACTIVE_ATTEMPT, RunState
+from accord.errors import ConflictError
 from accord.workflow.plan import Plan, TaskStage
 
 __all__ = ["Divergence", "ReconcileReport", "Reconciler"]
@@ -62,9 +64,6 @@ class ReconcileReport:
         }
 
 
-Rearm = Callable[[str, Sequence[Timer]], Awaitable[bool]]
-
-
 class Reconciler:
     def __init__(
         self,
@@ -74,14 +73,14 @@ class Reconciler:
         deliver: Callable[[Event], Awaitable[object]],
         *,
         dispatcher: Dispatcher,
-        rearm: Rearm,
+        runs: RunCache,
         plans: Callable[[str], Awaitable[Plan]],
         lease_ms: int = 30_000,
         slack_ms: int = 5_000,
         page: int = 1000,
     ) -> None:
         self._store, self._transport, self._clock = store, transport, clock
-        self._deliver, self._dispatcher, self._rearm = deliver, dispatcher, rearm
+        self._deliver, self._dispatcher, self._runs = deliver, dispatcher, runs
         self._plans = plans
         self._overdue_ms = lease_ms + slack_ms
         self._page = page
@@ -161,10 +160,25 @@ class Reconciler:
                         "fence": current.fence,
                     },
                 )
-                if await self._rearm(run.run_id, [timer]):
+                if await self.rearm(run.run_id, [timer]):
                     report.rearmed += 1
                     report.divergences.append(
                         Divergence(run.run_id, stage.name, "missing-deadline", kind)
                     )
         if not active and run.status == "running" and run.intent is None:
             report.divergences.append(Divergence(run.run_id, "", "stuck", "nothing active"))
+
+    async def rearm(self, run_id: str, timers: Sequence[Timer]) -> bool:
+        """Write ``timers`` again (same ids: an upsert) in a commit that leaves the record as it
+        is; only the version moves. False if the run is gone, terminal, or moved on meanwhile."""
+        async with self._runs.lock(run_id):
+            self._runs.forget(run_id)
+            stored = await self._store.load(run_id)
+            if stored is None or RunState.from_json(stored.state).terminal:
+                return False
+            commit = Commit(run_id, stored.version, stored.state, timers_set=tuple(timers))
+            try:
+                await self._store.commit(commit)
+            except ConflictError:
+                return False  # the next reconciliation looks again
+            return True

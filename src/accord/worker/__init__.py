@@ -1,1 +1,22 @@
-"""worker."""
+"""The Worker SDK: bind handlers to capabilities and serve them over any transport.
+
+:class:`Worker` and :class:`Context` are the handler-facing surface (:mod:`accord.worker.sdk`);
+:class:`Runtime` is the serving loop (:mod:`accord.worker.runtime`) with the acceptance record
+(:mod:`accord.worker.acceptance`) and the wire rules (:mod:`accord.worker.wire`).
+"""
+
+from accord.worker.acceptance import AcceptanceLog
+from accord.worker.runtime import Announcer, Runtime, store_announcer
+from accord.worker.sdk import Cancelled, Context, RetryableError, TerminalError, Worker
+
+__all__ = [
+    "AcceptanceLog",
+    "Announcer",
+    "Cancelled",
+    "Context",
+    "RetryableError",
+    "Runtime",
+    "TerminalError",
+    "Worker",
+    "store_announcer",
+]

@@ -108,7 +108,8 @@ class _InputTyper:
 
     def value(self, item: InputValue, spec: FieldSpec, where: str) -> InputValue:
         if isinstance(item, Binding):
-            return self.binding(replace(item, expected_type=spec.type), spec, where)
+            typed = Binding(item.source, item.path, item.stage, spec.type, item.raw)
+            return self.binding(typed, spec, where)
         if item is None:
             if not spec.nullable:
                 self.report("type-input-type", f"{where} may not be null")

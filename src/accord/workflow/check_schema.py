@@ -121,10 +121,7 @@ def check_schema(root: Node) -> tuple[Definition | None, list[Diagnostic]]:
         terminals=terminals,
         node=root,
         terminal_policy=policy,
-        finalisers=tuple(
-            r.capability_ref(root, "finalisers", "", i)
-            for i in range(len(r.names(root, "finalisers", "", required=False)))
-        ),
+        finalisers=r.capability_refs(root, "finalisers"),
         deadline_ms=r.integer(root, "deadline_ms", "", (1, limits.MAX_DEADLINE_MS), None),
         context=r.optional_ref(root, "context", ""),
         owner=r.text(root, "owner", "", default=None),
@@ -212,7 +209,9 @@ def _task(r: Reader, node: Node, name: str, kind: str) -> TaskDef:
         parsed = {k: parse_input(v) for k, v in value.items()}
     except BindingError as exc:
         r.error(exc.code, exc.message, node, "input", name)
-    if len(canonical_json(value)) > limits.MAX_INPUT_BYTES:
+    if _rough_size(value) > limits.MAX_INPUT_BYTES // 2 and (
+        len(canonical_json(value)) > limits.MAX_INPUT_BYTES
+    ):
         r.error(
             "schema-payload-too-large",
             f"literal input exceeds {limits.MAX_INPUT_BYTES} bytes",
@@ -242,3 +241,14 @@ def _task(r: Reader, node: Node, name: str, kind: str) -> TaskDef:
         cache=cache,
         compensate=r.optional_ref(node, "compensate", name),
     )
+
+
+def _rough_size(value: Any) -> int:
+    """At least half the canonical JSON size (escapes only add), cheaply."""
+    if isinstance(value, str):
+        return len(value) + 2
+    if isinstance(value, dict):
+        return sum(len(k) + 3 + _rough_size(v) for k, v in value.items()) + 2
+    if isinstance(value, list):
+        return sum(_rough_size(v) + 1 for v in value) + 2
+    return 8

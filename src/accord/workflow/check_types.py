@@ -67,6 +67,14 @@ class _Typer:
         self.ran = guaranteed(graph, success_only=False)
         self.position = {n: i for i, n in enumerate(graph.topo)}
         self.context: MessageContract | None = None
+        self.digests: dict[str, str] = {}
+        self.pinned: dict[tuple[str, str], CapabilityPin] = {}
+
+    def digest(self, ref: ContractRef) -> str:
+        key = str(ref)
+        if key not in self.digests:
+            self.digests[key] = self.catalog.digest(ref)
+        return self.digests[key]
 
     def message(self, ref: ContractRef, where: StageDef | None, key: str) -> MessageContract | None:
         found = self.catalog.message(ref)
@@ -78,7 +86,7 @@ class _Typer:
                 else self.d.diag("type-unknown-contract", text, key)
             )
             return None
-        self.out.contracts[str(ref)] = self.catalog.digest(ref)
+        self.out.contracts[str(ref)] = self.digest(ref)
         return found
 
     def pin(self, text: str, kind: str, where: StageDef | None, key: str) -> CapabilityPin | None:
@@ -86,6 +94,8 @@ class _Typer:
             owner = where if where is not None else self.d
             self.diags.append(owner.diag(code, message, key, severity=severity))
 
+        if (text, kind) in self.pinned:  # checked once per capability, not once per stage
+            return self.pinned[(text, kind)]
         ref = ContractRef.parse(text)
         cap = self.catalog.capability(ref)
         if cap is None:
@@ -108,9 +118,9 @@ class _Typer:
         if request is None or result is None:
             return None
         self.out.capabilities[text] = cap
-        self.out.contracts[text] = self.catalog.digest(ref)
+        self.out.contracts[text] = self.digest(ref)
         c = self.out.contracts
-        return CapabilityPin(
+        pin = CapabilityPin(
             cap.kind,
             cap.name,
             cap.version,
@@ -119,6 +129,8 @@ class _Typer:
             c[str(cap.request)],
             c[str(cap.result)],
         )
+        self.pinned[(text, kind)] = pin
+        return pin
 
     def result_fields(self, stage: str) -> Mapping[str, FieldSpec] | None:
         pin = self.out.pins.get(stage)

@@ -43,12 +43,16 @@ def parse_text(text: str, filename: str) -> tuple[Node | None, list[Diagnostic]]
 
 def parse_data(data: Any, filename: str = "<data>") -> Node:
     """The node tree of already-parsed data; every location is ``filename`` line 0."""
-    where = Location(filename)
-    if isinstance(data, Mapping):
-        entries = tuple((str(k), parse_data(v, filename), where) for k, v in data.items())
+    return _node(data, Location(filename))
+
+
+def _node(data: Any, where: Location) -> Node:
+    kind = type(data)  # exact types first: ABC checks dominate on large definitions
+    if kind is dict or (kind is not list and isinstance(data, Mapping)):
+        entries = tuple((str(k), _node(v, where), where) for k, v in data.items())
         return Node("map", where, entries=entries)
-    if isinstance(data, list | tuple):
-        return Node("seq", where, items=tuple(parse_data(v, filename) for v in data))
+    if kind is list or kind is tuple:
+        return Node("seq", where, items=tuple(_node(v, where) for v in data))
     return Node("scalar", where, data)
 
 

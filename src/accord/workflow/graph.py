@@ -133,6 +133,9 @@ def guaranteed(graph: Graph, success_only: bool = True) -> dict[str, int]:
     """Stage → bit set (by topological position) of stages completed on every path to it."""
     bit = {name: 1 << i for i, name in enumerate(graph.topo)}
     before: dict[str, int] = {}
+    by_branch: dict[tuple[str, str], list[str]] = {}
+    for member, where in graph.member.items():
+        by_branch.setdefault(where, []).append(member)
 
     def leaving(e: Edge) -> int:
         src = graph.stages[e.source]
@@ -154,8 +157,7 @@ def guaranteed(graph: Graph, success_only: bool = True) -> dict[str, int]:
             for branch in _branches(graph, fork):
                 exits = [
                     leaving(e)
-                    for m, where in graph.member.items()
-                    if where == (fork, branch)
+                    for m in by_branch.get((fork, branch), ())
                     for e in graph.out[m]
                     if (e.target == name and not (strict and e.kind in _FAILING))
                     or (not strict and e.target not in graph.stages)

@@ -23,6 +23,12 @@ _REF = re.compile(r"^[a-z][a-z0-9._-]*@[1-9][0-9]*$")
 _ERROR_CLASS = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
+def _written(node: Node, key: str) -> bool:
+    """``key`` holds a string (possibly empty), so its format is worth checking."""
+    value = node.get(key)
+    return value is not None and value.kind == "scalar" and isinstance(value.value, str)
+
+
 class Reader:
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
@@ -92,7 +98,7 @@ class Reader:
 
     def name(self, node: Node, key: str, stage: str) -> str:
         value: str = self.text(node, key, stage)
-        if value and not _NAME.match(value):
+        if _written(node, key) and not _NAME.match(value):
             self.error(
                 "schema-name",
                 f"{value!r} is not a valid name ({limits.NAME_PATTERN})",
@@ -126,19 +132,19 @@ class Reader:
             out.append(item.value)
         return tuple(out)
 
-    def capability_ref(self, node: Node, key: str, stage: str, index: int | None = None) -> str:
-        if index is None:
-            value: str = self.text(node, key, stage)
-            where = node
-        else:
-            seq = node.get(key)
-            assert seq is not None
-            where = seq.items[index]
-            value = where.value
-            key = None  # type: ignore[assignment]
-        if value and not _REF.match(value):
-            self.error("schema-capability-ref", f"{value!r} is not name@version", where, key, stage)
+    def capability_ref(self, node: Node, key: str, stage: str) -> str:
+        value: str = self.text(node, key, stage)
+        if _written(node, key) and not _REF.match(value):
+            self.error("schema-capability-ref", f"{value!r} is not name@version", node, key, stage)
         return value
+
+    def capability_refs(self, node: Node, key: str) -> tuple[str, ...]:
+        """A list of ``name@version`` references (workflow ``finalisers``)."""
+        refs = self.names(node, key, "", required=False)
+        for ref in refs:
+            if not _REF.match(ref):
+                self.error("schema-capability-ref", f"{ref!r} is not name@version", node, key)
+        return refs
 
     def optional_ref(self, node: Node, key: str, stage: str) -> str | None:
         value: str | None = self.text(node, key, stage, default=None)

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import jsonschema_rs
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accord.canonical import canonical_json
@@ -92,6 +92,7 @@ def _specs(draw: st.DrawFn, depth: int = 0) -> FieldSpec:
     return FieldSpec(type=draw(_scalars), **common)
 
 
+@settings(max_examples=50)
 @given(st.dictionaries(_names, _specs(), max_size=5))
 def test_export_is_deterministic_and_order_independent(payload: dict[str, FieldSpec]) -> None:
     forward = MessageContract(name="p", wire_version=1, owner="o", payload=payload)

@@ -218,3 +218,30 @@ def test_shadow_mode_records_every_violation_without_refusing() -> None:
 def test_non_json_values_are_refused_not_crashed_on() -> None:
     result = validate(plain_note(), {"text": {1, 2}})
     assert not result.ok and result.violations[0].code == "not-json"
+
+
+@pytest.mark.parametrize(
+    ("key", "ok"),
+    [
+        ("a/b", True),
+        ("models/example/model.stl", True),
+        (".hidden/x", True),
+        ("..x/y", True),
+        ("a b/c", True),
+        (".", False),
+        ("..", False),
+        ("a/./b", False),
+        ("a/../b", False),
+        ("../x", False),
+        ("/x", False),
+        ("a//b", False),
+        ("a/", False),
+        ("", False),
+        ("a\\b", False),
+        ("a\x01b", False),
+    ],
+)
+def test_object_key_format(key: str, ok: bool) -> None:
+    result = validate(scan_request(), {**GOOD, "objectKey": key})
+    assert result.ok is ok
+    assert ok or _codes(result) == {"objectKey": {"format"}}

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -38,6 +39,8 @@ from accord.workflow.compiler import compile_definition
 from accord.workflow.plan import Plan
 
 T = TypeVar("T")
+# 200 examples x 50 steps take ~20 s of CPU; leave room for a heavily loaded runner
+pytestmark = pytest.mark.timeout(300)
 
 SHAPES = [
     model_ingest_shape(name="p-plain", max_attempts=1),
@@ -76,12 +79,10 @@ class ShellMachine(RuleBasedStateMachine):
         self.runs: dict[str, Plan] = {}
         self.auditors: dict[str, RunAuditor] = {}
         self.sent: list[Event] = []
+        self.states: dict[str, RunState] = {}  # as of the last invariant check (every step)
 
     def _do(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
-
-    async def _state(self, run_id: str) -> RunState:
-        return await self.h.run(run_id)
 
     @initialize(plan=PLANS)
     def first_run(self, plan: Plan) -> None:
@@ -95,6 +96,7 @@ class ShellMachine(RuleBasedStateMachine):
         self.runs[rid] = plan
         self.auditors[rid] = RunAuditor(plan)
         self._do(self.h.settle())
+        self.states[rid] = self._do(self.h.run(rid))
 
     @rule(
         pick=st.integers(0, 1000),
@@ -102,7 +104,7 @@ class ShellMachine(RuleBasedStateMachine):
         variant=st.sampled_from(["current", "current", "current", "old-attempt", "forged"]),
     )
     def callback(self, pick: int, kind: str, variant: str) -> None:
-        live = self._do(self._live())
+        live = self._live(self.states)
         if not live:
             return
         run_id, stage, attempt, fence = live[pick % len(live)]
@@ -149,7 +151,7 @@ class ShellMachine(RuleBasedStateMachine):
         if pick % 3:
             return
         run_id = sorted(self.runs)[pick % len(self.runs)]
-        state = self._do(self._state(run_id))
+        state = self.states[run_id]
         broken = [n for n, s in state.stages.items() if s.status in REDRIVABLE]
         stages = sorted(broken) or sorted(state.stages)
         self._send(RedriveRequested(run_id=run_id, stage=stages[pick % len(stages)]))
@@ -159,10 +161,10 @@ class ShellMachine(RuleBasedStateMachine):
         self.sent.append(event)
         self._do(self.h.settle())
 
-    async def _live(self) -> list[tuple[str, str, int, str]]:
+    @staticmethod
+    def _live(states: dict[str, RunState]) -> list[tuple[str, str, int, str]]:
         live = []
-        for run_id in sorted(self.runs):
-            state = await self.h.run(run_id)
+        for run_id, state in sorted(states.items()):
             for name, stage in sorted(state.stages.items()):
                 cur = stage.current
                 if cur is not None and cur.status in ACTIVE_ATTEMPT and not name.startswith("@"):
@@ -172,7 +174,7 @@ class ShellMachine(RuleBasedStateMachine):
     @invariant()
     def audited(self) -> None:
         for run_id, auditor in self.auditors.items():
-            state = self._do(self.h.run(run_id))
+            state = self.states[run_id] = self._do(self.h.run(run_id))
             if state.seq != auditor.seen:  # otherwise nothing new to fold
                 auditor.observe(state, self._do(self.h.history(run_id)))
             else:
@@ -188,7 +190,7 @@ class ShellMachine(RuleBasedStateMachine):
 
     async def _drain(self) -> None:
         for _ in range(60):
-            live = await self._live()
+            live = self._live({r: await self.h.run(r) for r in self.runs})
             for run_id, stage, attempt, fence in live:
                 ident: dict[str, Any] = {"run_id": run_id, "stage": stage, "attempt": attempt}
                 ident["fence"] = fence

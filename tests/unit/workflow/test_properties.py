@@ -204,3 +204,31 @@ def test_generated_workflows_reach_forks_decisions_and_retries() -> None:
 
     collect()
     assert {"worker", "action", "decision", "fork", "join", "retry", "cache"} <= seen
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(valid_workflows(max_segments=4), st.data())
+def test_perturbed_definitions_compile_or_are_refused_never_crash(
+    doc: dict[str, Any], data: st.DataObject
+) -> None:
+    path = data.draw(st.sampled_from(_paths(doc)))
+    target: Any = doc
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = data.draw(_json)
+    result = compile_definition(doc, CATALOG)
+    if result.plan is not None:
+        assert Plan.from_json(result.plan.to_json()).digest == result.plan.digest
+    else:
+        assert result.errors and all(d.code and d.message for d in result.errors)

@@ -48,3 +48,16 @@ test("paths are spelled as in Python", () => {
   deepStrictEqual(fromPointer("/m/0", { m: { "0": "x" } }), { path: 'm["0"]', value: "x" });
   deepStrictEqual(toleranceSegments("views[].angle"), ["views", "[]", "angle"]);
 });
+
+test("bytes are decoded strictly with the Python codes", () => {
+  const codes = (input: string | Uint8Array) =>
+    validateJson("progress", 1, input).errors.map((e) => e.code);
+  deepStrictEqual(codes('{"percent": 1, "percent": 2}'), ["duplicate-key"]);
+  deepStrictEqual(codes('{"a": {"x": 1}, "b": {"x": 2}, "percent": 1}'), ["unknown-field", "unknown-field"]);
+  deepStrictEqual(codes('{"percent": NaN}'), ["non-finite-number"]);
+  deepStrictEqual(codes(new Uint8Array([0x7b, 0xff, 0x7d])), ["not-utf8"]);
+  deepStrictEqual(codes(new Uint8Array([0xef, 0xbb, 0xbf, 0x7b, 0x7d])), ["malformed-json"]);
+  deepStrictEqual(codes('{"percent": 1, "message": "\\ud800"}'), ["lone-surrogate"]);
+  deepStrictEqual(codes("[".repeat(65) + "]".repeat(65)), ["too-deep"]);
+  deepStrictEqual(codes('{"percent": 1, "message": "a\\",{[b"}'), []);
+});

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -258,6 +259,7 @@ class _Stream:
         self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
         self._worker: Any = None
         self._running: asyncio.Future[Any] | None = None
+        self._starting: asyncio.Future[None] | None = None
         self._closed = False
 
     def __aiter__(self) -> _Stream:
@@ -302,8 +304,15 @@ class _Stream:
         raise DelayedError()  # settled by ack/nack already: the worker must not touch the job
 
     async def __anext__(self) -> Delivery:
-        if self._worker is None and not self._closed:
-            await self._start()
+        if self._starting is None and not self._closed:  # one worker, however many callers
+            self._starting = asyncio.ensure_future(self._start())
+        if self._starting is not None and not self._starting.done():
+            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
+        if self._starting is not None and self._starting.done():
+            failed = self._starting.cancelled() or self._starting.exception() is not None
+            if failed and not (self._closed or self._t._closed):
+                self._starting = None  # the next call tries again
+                raise TransportError(f"cannot consume {self._queue!r}", retryable=True)
         if self._closed:
             raise StopAsyncIteration
         delivery = await self._inbox.get()
@@ -323,5 +332,8 @@ class _Stream:
             if pending is not None:
                 self._t._leases.pop(pending.receipt, None)
         self._inbox.put_nowait(None)
+        if self._starting is not None:
+            with contextlib.suppress(Exception):
+                await self._starting  # a start in progress sees _closed and closes its worker
         if self._worker is not None:
             await self._worker.close(force=True)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -59,6 +60,7 @@ DEAD_EXCHANGE = "accord.dead"
 CARRIED = "x-accord-deliveries"
 _QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms"})
 _DELAY_IDLE_MS = 60_000
+RECONNECT_S = 1.0  # pause between reconnection attempts of the robust connection
 _receipts = itertools.count(1)
 
 
@@ -84,6 +86,8 @@ class RabbitmqTransport:
         clock: Clock | None = None,
     ) -> None:
         self.url, self.confirm_ms, self.prefix = url, confirm_ms, prefix
+        # shown by `rabbitmqctl list_connections client_properties`, so operators can find it
+        self.connection_name = f"accord {prefix}{uuid.uuid4().hex[:12]}"
         self.options = options or QueueOptions()
         self.clock: Clock = clock or SystemClock()
         self.connection: AbstractRobustConnection | None = None
@@ -123,7 +127,11 @@ class RabbitmqTransport:
         async with self._lock:
             if self._publisher is None:
                 try:
-                    self.connection = await aio_pika.connect_robust(self.url)
+                    self.connection = await aio_pika.connect_robust(
+                        self.url,
+                        reconnect_interval=RECONNECT_S,
+                        client_properties={"connection_name": self.connection_name},
+                    )
                     self._publisher = await self.connection.channel(
                         publisher_confirms=True, on_return_raises=True
                     )
@@ -131,31 +139,32 @@ class RabbitmqTransport:
                     raise TransportError(f"cannot reach RabbitMQ: {exc}", retryable=True) from exc
             return self._publisher
 
+    def arguments(self, queue: str) -> dict[str, Any]:
+        """The declaration arguments of ``queue`` (fixed once it exists on the broker)."""
+        return {
+            "x-queue-type": "quorum",
+            "x-delivery-limit": max(self.options.limit(queue) - 1, 0),
+            "x-dead-letter-exchange": DEAD_EXCHANGE,
+            "x-dead-letter-routing-key": self.prefix + queue,
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+        }
+
     async def declare(self, queue: str) -> str:
         """Declare ``queue``, its dead-letter queue and the dead-letter exchange (once each);
         return the queue's name on the broker."""
         name = self.prefix + queue
-        if name in self.declared:
+        if name in self.declared and f"{name}.dead" in self.declared:
             return name
         channel = await self._channel()
         dead = await channel.declare_exchange(DEAD_EXCHANGE, "direct", durable=True)
         dlq = await channel.declare_queue(
             f"{name}.dead", durable=True, arguments={"x-queue-type": "quorum"}
         )
+        self.declared.add(f"{name}.dead")
         await dlq.bind(dead, routing_key=name)
-        await channel.declare_queue(
-            name,
-            durable=True,
-            arguments={
-                "x-queue-type": "quorum",
-                "x-delivery-limit": max(self.options.limit(queue) - 1, 0),
-                "x-dead-letter-exchange": DEAD_EXCHANGE,
-                "x-dead-letter-routing-key": name,
-                "x-dead-letter-strategy": "at-least-once",
-                "x-overflow": "reject-publish",
-            },
-        )
-        self.declared.update((name, f"{name}.dead"))
+        await channel.declare_queue(name, durable=True, arguments=self.arguments(queue))
+        self.declared.add(name)
         return name
 
     async def _delay_queue(self, name: str, delay_ms: int) -> str:
@@ -206,7 +215,8 @@ class RabbitmqTransport:
             )
             await target.publish(message, key, mandatory=True, timeout=self.confirm_ms / 1000)
         except PublishError as exc:  # returned: re-declare on the next try (deleted meanwhile?)
-            self.declared -= {n for n in self.declared if n.startswith(self.prefix + queue)}
+            name = self.prefix + queue
+            self.declared -= {n for n in self.declared if n == name or n.startswith(name + ".")}
             raise TransportError(
                 f"publish to {queue!r} was returned unroutable: {exc}", retryable=True
             ) from exc
@@ -326,6 +336,7 @@ class _Stream:
         self._channel: aio_pika.abc.AbstractChannel | None = None
         self._consumer: aio_pika.abc.AbstractQueue | None = None
         self._tag: str | None = None
+        self._starting: asyncio.Future[None] | None = None
         self._closed = False
 
     def __aiter__(self) -> _Stream:
@@ -337,7 +348,8 @@ class _Stream:
         assert t.connection is not None
         channel = await t.connection.channel()
         await channel.set_qos(prefetch_count=self._prefetch)
-        queue = await channel.get_queue(name, ensure=False)
+        # declared on this channel, so the robust channel re-declares and resubscribes it
+        queue = await channel.declare_queue(name, durable=True, arguments=t.arguments(self._queue))
         self._tag = await queue.consume(self._on_message, no_ack=False)
         self._channel, self._consumer = channel, queue
         if self._closed:
@@ -357,8 +369,15 @@ class _Stream:
         )
 
     async def __anext__(self) -> Delivery:
-        if self._channel is None and not self._closed:
-            await self._start()
+        if self._starting is None and not self._closed:
+            self._starting = asyncio.ensure_future(self._start())
+        if self._starting is not None and not self._starting.done():
+            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
+        if self._starting is not None and self._starting.done():
+            failed = self._starting.cancelled() or self._starting.exception() is not None
+            if failed and not (self._closed or self._t._closed):
+                self._starting = None  # the next call tries again
+                raise TransportError(f"cannot consume {self._queue!r}", retryable=True)
         if self._closed:
             raise StopAsyncIteration
         delivery = await self._inbox.get()
@@ -379,6 +398,9 @@ class _Stream:
             if pending is not None:
                 buffered.append(self._t._held.pop(pending.receipt))
         self._inbox.put_nowait(None)
+        if self._starting is not None:
+            with contextlib.suppress(Exception):
+                await self._starting  # let a start in progress finish: its channel is closed below
         if self._channel is None:
             return
         if self._tag is not None and self._consumer is not None:

@@ -12,7 +12,7 @@ are in ``keys.py``; the scripts' protocols in their own headers.
   dispatcher's entries come back after ``lease_ms`` of store time. :meth:`outbox_done` acks and
   deletes.
 - Timers: a sorted set per shard scored by ``avail_at``; claims are one atomic script.
-- Shards are polled in turn from a rotating start, so dispatchers and timer services spread out.
+- Claims ask every shard concurrently, starting from a rotating shard (see ``_fanout.py``).
 - Plans are immutable (``SET NX``, then compare); activations are a list per workflow; worker
   announcements a sorted set by expiry.
 
@@ -30,11 +30,9 @@ from urllib.parse import urlsplit
 
 from accord.adapters import _store_rules as rules
 from accord.adapters.clock import SystemClock
-from accord.adapters.stores.redis import _listing
 from accord.adapters.stores.redis._catalog import Catalog
-from accord.adapters.stores.redis._claims import claim_across
-from accord.adapters.stores.redis._commit_args import commit_args
-from accord.adapters.stores.redis._scripts import ScriptCode, Scripts
+from accord.adapters.stores.redis._fanout import claim_across, list_runs
+from accord.adapters.stores.redis._scripts import ScriptCode, Scripts, commit_args
 from accord.adapters.stores.redis._server import check_server, open_client, redis_errors, split_url
 from accord.adapters.stores.redis.keys import StoreKeys
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
@@ -197,7 +195,7 @@ class RedisStore(Catalog):
     async def list_runs(self, limit: int = 100, **filters: str) -> list[StoredRun]:
         await self.ready()
         async with redis_errors("list_runs"):
-            return await _listing.list_runs(self.client, self.keys, limit, filters)
+            return await list_runs(self.client, self.keys, limit, filters)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -5,6 +5,11 @@ its header lists KEYS and ARGV. :class:`Scripts` registers them on a client (red
 with ``EVALSHA`` and falls back to ``EVAL`` after a restart emptied the script cache). Every script
 validates all of its input before its first write, because Redis does not roll back a script that
 fails half-way; negative return codes (:class:`ScriptCode`) report refusals without an error.
+
+:func:`commit_args` builds the commit script's ARGV. Everything that can be refused on the client
+side is refused there, before Redis is asked: JSON that does not serialise (the same
+:class:`~accord.errors.StoreError` naming the field as the other stores), index values that are
+not strings, an ``updated_at`` outside the index's range.
 """
 
 from __future__ import annotations
@@ -13,7 +18,12 @@ from enum import IntEnum
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["ScriptCode", "Scripts", "script_text"]
+from accord.adapters import _store_rules as rules
+from accord.adapters.stores.redis.keys import order_key
+from accord.engine.ports import Commit
+from accord.errors import StoreError
+
+__all__ = ["ScriptCode", "Scripts", "commit_args", "script_text"]
 
 
 class ScriptCode(IntEnum):
@@ -39,3 +49,26 @@ class Scripts:
         self.done_outbox = client.register_script(script_text("done-outbox-3.lua"))
         self.claim_timers = client.register_script(script_text("claim-timers-3.lua"))
         self.announce = client.register_script(script_text("announce-2.lua"))
+
+
+def commit_args(commit: Commit, now_ms: int) -> list[str | int]:
+    state = rules.dump(commit.state, "state")
+    history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
+    outbox: list[str | int] = []
+    for i, e in enumerate(commit.outbox):
+        payload = rules.dump(e.payload, f"outbox[{i}].payload")
+        outbox += [e.entry_id, e.run_id, e.topic, payload, e.created_at_ms or now_ms]
+    timers: list[str | int] = []
+    for i, t in enumerate(commit.timers_set):
+        timers += [t.timer_id, t.due_at_ms, rules.dump([t.run_id, t.due_at_ms, t.payload],
+                                                      f"timers_set[{i}]")]  # fmt: skip
+    for key, value in commit.index.items():
+        if not isinstance(value, str):
+            raise StoreError(f"commit of {commit.run_id!r}: index {key}={value!r} is not a string")
+    index = {k: v for k, v in commit.index.items() if k != "updated_at"}
+    order = order_key(rules.updated_at(commit.index, now_ms))
+    counts = [len(history), len(commit.outbox), len(commit.timers_set), len(commit.timers_cancel)]
+    return [
+        commit.expected_version, state, order, rules.dump(index, "index"), commit.run_id,
+        *counts, *history, *outbox, *timers, *commit.timers_cancel,
+    ]  # fmt: skip

@@ -23,8 +23,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import redis.asyncio as aioredis
-from redis import exceptions as rx
+try:
+    import redis.asyncio as aioredis
+    from redis import exceptions as rx
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("the Redis store needs redis-py: pip install 'accord[redis]'") from exc
 
 from accord.adapters.stores.redis.keys import StoreKeys
 from accord.errors import StoreError
@@ -57,9 +60,12 @@ def split_url(url: str) -> tuple[str, str, int]:
 
 def open_client(url: str) -> Any:
     try:
-        return aioredis.from_url(url, decode_responses=True)
+        client = aioredis.from_url(url, decode_responses=True)
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)  # unknown options fail now, not later
     except (TypeError, ValueError) as exc:
         raise ValueError(f"redis-py refused the URL options: {exc}") from exc
+    return client
 
 
 @asynccontextmanager

@@ -37,7 +37,16 @@ from dataclasses import dataclass
 
 from accord.errors import StoreError
 
-__all__ = ["MAX_UPDATED_AT", "RunKeys", "ShardKeys", "StoreKeys", "check_identifier"]
+__all__ = [
+    "MAX_UPDATED_AT",
+    "RunKeys",
+    "ShardKeys",
+    "StoreKeys",
+    "check_identifier",
+    "index_member",
+    "index_prefix",
+    "order_key",
+]
 
 _IDENT = re.compile(r"[A-Za-z0-9._@/+=-]{1,200}\Z")
 _DIGEST = re.compile(r"([a-z0-9]{1,16}):([A-Za-z0-9._+=-]{1,200})\Z")

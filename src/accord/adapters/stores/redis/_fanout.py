@@ -1,11 +1,19 @@
-"""``list_runs`` over the per-shard lexicographic run index.
+"""Operations that span every shard: ``list_runs`` and claims.
 
-Each shard's ``idx`` sorted set holds, for every run, one entry ``*|order|run`` and one entry
-``field=<len>:value|order|run`` per index value (``order`` is 15 digits of inverted
+**list_runs.** Each shard's ``idx`` sorted set holds, for every run, one entry ``*|order|run``
+and one entry ``field=<len>:value|order|run`` per index value (``order`` is 15 digits of inverted
 ``updated_at``). A filter is therefore a lexicographic range whose entries already come newest
 first and then by run id, exactly the order the SQL stores use. The first filter (by name) picks
 the range; further filters are checked against the run's stored index values, page by page.
 Shards are read concurrently and merged; the run records are read in one pipeline at the end.
+
+**Claims.** A claim of ``limit`` items is split over the shards still worth asking (quotas
+summing to the remaining limit, starting from a rotating shard so claimants spread out). Each
+shard's script is atomic on its own; the calls of one round run concurrently. A shard that returns
+less than its quota is drained and dropped; the rest are asked again for what is still missing.
+Every round either claims something or drops a shard, so a claim takes at most ``shards`` rounds
+and an empty poll with ``limit >= shards`` takes one. If a call fails half-way through a round,
+items already leased by the other calls come back when their lease lapses (at-least-once).
 """
 
 from __future__ import annotations
@@ -13,13 +21,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from accord.adapters.stores.redis.keys import StoreKeys, index_prefix
 from accord.engine.ports import StoredRun
 from accord.errors import StoreError
 
-__all__ = ["list_runs"]
+__all__ = ["claim_across", "list_runs"]
+
+T = TypeVar("T")
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PAGE = 200
@@ -88,3 +99,27 @@ async def _keep_matching(
         if all(values.get(k) == v for k, v in rest.items()):
             kept.append(hit)
     return kept
+
+
+async def claim_across(
+    order: list[int], limit: int, claim: Callable[[int, int], Awaitable[list[T]]]
+) -> list[tuple[int, T]]:
+    """``(shard, item)`` pairs, at most ``limit``; ``claim(shard, quota)`` leases up to
+    ``quota`` items of one shard."""
+    remaining, live, got = limit, list(order), []
+    while remaining > 0 and live:
+        quotas = _split(remaining, live)
+        replies = await asyncio.gather(*(claim(shard, quota) for shard, quota in quotas))
+        for (shard, quota), items in zip(quotas, replies, strict=True):
+            got += [(shard, item) for item in items]
+            remaining -= len(items)
+            if len(items) < quota:
+                live.remove(shard)
+    return got
+
+
+def _split(remaining: int, live: list[int]) -> list[tuple[int, int]]:
+    if remaining < len(live):
+        return [(shard, 1) for shard in live[:remaining]]
+    base, extra = divmod(remaining, len(live))
+    return [(shard, base + (1 if n < extra else 0)) for n, shard in enumerate(live)]

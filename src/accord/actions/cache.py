@@ -1,0 +1,256 @@
+"""The stage result cache: content-addressed results on a filesystem object store.
+
+Key: ``sha256`` over the canonical JSON of ``{input digest, capability name@version, parameters,
+tenant}`` (:func:`cache_key`), so a new capability version, other parameters or another tenant
+never share an entry. Layout under the root (``.accord/cache`` by default)::
+
+    entries/<hh>/<hex>.json              metadata: key, tenant, contract, object key, digest,
+                                         size, createdAt, absolute expiresAt
+    objects/sha256/<hh>/<hex>.json       the result, addressed by its own digest
+
+A read is classified, never guessed:
+
+========================== ==========================================================
+``hit``                    metadata valid, unexpired, tenant matches, object verified and
+                           valid against its result contract
+``miss``                   the metadata file explicitly does not exist — nothing else
+``denied``                 the tenant may not use the cache, or the entry is another tenant's
+``unavailable``            the store cannot be read (permissions, not a directory, I/O)
+``corrupt``                metadata unreadable or malformed; object missing or digest mismatch
+``invalid-against-contract`` the object decodes but breaks its result contract
+``expired``                ``expiresAt`` is in the past
+========================== ==========================================================
+
+Writes are atomic (temp file in the same directory, fsync, ``os.replace``), object first, so a
+reader never sees metadata pointing at a half-written object. Concurrent lookups of one key
+share one read, and :meth:`ResultCache.get_or_fill` coalesces concurrent misses into one fill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import tempfile
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from accord.canonical import canonical_json, digest_of, sha256_hex
+from accord.contracts.catalog import Catalog
+from accord.contracts.validate import Validator
+
+__all__ = ["OUTCOMES", "CacheRead", "ResultCache", "atomic_write", "cache_key", "iso"]
+
+OUTCOMES = (
+    "hit",
+    "miss",
+    "denied",
+    "unavailable",
+    "corrupt",
+    "invalid-against-contract",
+    "expired",
+)
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_META_TYPES = {"key": str, "tenant": str, "contract": str, "objectKey": str, "digest": str,
+               "sizeBytes": int, "createdAtMs": int, "expiresAtMs": int}  # fmt: skip
+
+
+def cache_key(input_digest: str, capability: str, params: Mapping[str, Any], tenant: str) -> str:
+    doc = {
+        "input": input_digest,
+        "capability": capability,
+        "params": dict(params),
+        "tenant": tenant,
+    }
+    return digest_of(doc)
+
+
+def iso(ms: int) -> str:
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRead:
+    outcome: str
+    key: str
+    contract: str = ""
+    expires_at_ms: int | None = None
+    object_key: str | None = None
+    digest: str | None = None
+    value: dict[str, Any] | None = field(default=None, repr=False)
+    reason: str = ""
+
+    @property
+    def hit(self) -> bool:
+        return self.outcome == "hit"
+
+
+class ResultCache:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        catalog: Catalog | None = None,
+        now_ms: Callable[[], int] | None = None,
+        tenants: frozenset[str] | None = None,
+    ) -> None:
+        self.root, self.catalog, self.tenants = root, catalog, tenants
+        self._now = now_ms or (lambda: int(datetime.now(UTC).timestamp() * 1000))
+        self._reads: dict[tuple[str, str], asyncio.Future[CacheRead]] = {}
+        self._fills: dict[str, asyncio.Future[CacheRead]] = {}
+        self.reads = self.fills = 0
+
+    def now_ms(self) -> int:
+        return self._now()
+
+    def _entry(self, key: str) -> Path:
+        hexd = key.removeprefix("sha256:")
+        return self.root / "entries" / hexd[:2] / f"{hexd}.json"
+
+    def object_path(self, object_key: str) -> Path:
+        return self.root.parent / object_key
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self, key: str, tenant: str) -> CacheRead:
+        """Classify the entry under ``key`` for ``tenant`` (blocking file reads)."""
+        self.reads += 1
+        if self.tenants is not None and tenant not in self.tenants:
+            return CacheRead("denied", key, reason=f"tenant {tenant!r} may not use the cache")
+        try:
+            raw = self._entry(key).read_bytes()
+        except FileNotFoundError:
+            return CacheRead("miss", key)
+        except OSError as exc:
+            return CacheRead("unavailable", key, reason=f"{type(exc).__name__}: {exc}")
+        meta = _metadata(raw, key)
+        if isinstance(meta, str):
+            return CacheRead("corrupt", key, reason=meta)
+        base = {"key": key, "contract": meta["contract"], "expires_at_ms": meta["expiresAtMs"]}
+        if meta["tenant"] != tenant:
+            return CacheRead("denied", **base, reason="the entry belongs to another tenant")
+        if meta["expiresAtMs"] <= self._now():
+            return CacheRead("expired", **base, reason=f"expired at {iso(meta['expiresAtMs'])}")
+        try:
+            blob = self.object_path(meta["objectKey"]).read_bytes()
+        except FileNotFoundError:
+            return CacheRead("corrupt", **base, reason="the result object is missing")
+        except OSError as exc:
+            return CacheRead("unavailable", **base, reason=f"{type(exc).__name__}: {exc}")
+        if "sha256:" + sha256_hex(blob) != meta["digest"]:
+            return CacheRead("corrupt", **base, reason="the result object fails its digest")
+        base |= {"object_key": meta["objectKey"], "digest": meta["digest"]}
+        contract = self.catalog.message(meta["contract"]) if self.catalog else None
+        if contract is None and self.catalog is not None:
+            return CacheRead("invalid-against-contract", **base, reason="unknown result contract")
+        checked = Validator.for_contract(contract).validate(blob) if contract else None
+        if checked is not None and not checked.ok:
+            text = "; ".join(f"{v.path or '$'}: {v.message}" for v in checked.violations)
+            return CacheRead("invalid-against-contract", **base, reason=text[:500])
+        value = checked.value if checked is not None else json.loads(blob)
+        return CacheRead("hit", **base, value=dict(value))
+
+    async def fetch(self, key: str, tenant: str) -> CacheRead:
+        """:meth:`get` off the loop; concurrent fetches of one key share one read."""
+        slot = (key, tenant)
+        shared = self._reads.get(slot)
+        if shared is not None:
+            return await asyncio.shield(shared)
+        future = asyncio.get_running_loop().create_future()
+        self._reads[slot] = future
+        try:
+            result = await asyncio.to_thread(self.get, key, tenant)
+            future.set_result(result)
+            return result
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+            raise
+        finally:
+            del self._reads[slot]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def put(
+        self, key: str, tenant: str, contract: str, value: Mapping[str, Any], ttl_ms: int
+    ) -> str:
+        """Store ``value`` under ``key`` (object, then metadata); returns the object key."""
+        blob = canonical_json(dict(value))
+        hexd = sha256_hex(blob)
+        object_key = f"{self.root.name}/objects/sha256/{hexd[:2]}/{hexd}.json"
+        atomic_write(self.object_path(object_key), blob)
+        now = self._now()
+        meta = {"key": key, "tenant": tenant, "contract": contract, "objectKey": object_key,
+                "digest": f"sha256:{hexd}", "sizeBytes": len(blob), "createdAtMs": now,
+                "expiresAtMs": now + ttl_ms, "expiresAt": iso(now + ttl_ms)}  # fmt: skip
+        atomic_write(self._entry(key), canonical_json(meta))
+        return object_key
+
+    async def get_or_fill(
+        self, key: str, tenant: str, contract: str, ttl_ms: int,
+        fill: Callable[[], Awaitable[Mapping[str, Any]]],
+    ) -> tuple[CacheRead, bool]:  # fmt: skip
+        """A hit, or the result of ``fill`` stored and returned. Concurrent misses for one key
+        run ``fill`` once; the others wait for it. ``True`` when this call filled."""
+        read = await self.fetch(key, tenant)
+        if read.outcome not in ("miss", "expired", "corrupt", "invalid-against-contract"):
+            return read, False
+        shared = self._fills.get(key)
+        if shared is not None:
+            return await asyncio.shield(shared), False
+        future = asyncio.get_running_loop().create_future()
+        self._fills[key] = future
+        try:
+            self.fills += 1
+            value = dict(await fill())
+            await asyncio.to_thread(self.put, key, tenant, contract, value, ttl_ms)
+            result = await asyncio.to_thread(self.get, key, tenant)
+            future.set_result(result)
+            return result, True
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+            raise
+        finally:
+            del self._fills[key]
+
+
+def _metadata(raw: bytes, key: str) -> dict[str, Any] | str:
+    """The validated metadata, or why it is corrupt."""
+    try:
+        meta = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return "the metadata is not JSON"
+    if not isinstance(meta, dict):
+        return "the metadata is not an object"
+    for name, kind in _META_TYPES.items():
+        value = meta.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"metadata field {name!r} is missing or not {kind.__name__}"
+    if meta["key"] != key or not _DIGEST.match(meta["digest"]):
+        return "the metadata names another key or a malformed digest"
+    if ".." in Path(meta["objectKey"]).parts or meta["objectKey"].startswith("/"):
+        return "the metadata's object key leaves the cache"
+    return meta

@@ -1,0 +1,89 @@
+"""`accord worker run MODULE[:ATTR]`: serve a :class:`~accord.worker.Worker` against any transport.
+
+``MODULE[:ATTR]`` names the worker object (``ATTR`` defaults to ``worker``), for example
+``accord_worker_thumbnail_render.handler:worker``. The transport is any URL the adapters open
+(``sqlite:///…``, ``bullmq://…``, ``amqp://…``, ``memory://``); with ``--store`` the worker
+announces its capabilities there with a TTL, which is what admission checks. Requests and results
+are validated against the contracts in ``schemas/contracts`` of the enclosing repository (or
+``--contracts DIR``). SIGINT/SIGTERM shut down gracefully: stop consuming, finish in-flight jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import signal
+from pathlib import Path
+
+import typer
+
+from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, console
+from accord.contracts.sources import find_root, load_catalog
+from accord.errors import AccordError
+
+app = typer.Typer(help="Run workers built with the Worker SDK.", no_args_is_help=True)
+
+
+def load_worker(spec: str) -> object:
+    """The object named by ``MODULE[:ATTR]``; ``typer.Exit(2)`` with a clear message otherwise."""
+    from accord.worker import Worker  # noqa: PLC0415 - keep `accord --help` light
+
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        console.print(f"[red]cannot import {module_name!r}:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from exc
+    found = getattr(module, attr or "worker", None)
+    if not isinstance(found, Worker):
+        console.print(f"[red]{spec!r} is not a Worker[/red] (got {type(found).__name__})")
+        raise typer.Exit(EXIT_USAGE)
+    return found
+
+
+@app.command("run")
+def run(
+    spec: str = typer.Argument(..., metavar="MODULE[:ATTR]", help="The Worker object to serve."),
+    transport: str = typer.Option(..., "--transport", help="Transport URL."),
+    store: str | None = typer.Option(None, "--store", help="Store URL for announcements."),
+    contracts: Path | None = typer.Option(None, "--contracts", help="Contract sources."),
+    state: Path = typer.Option(Path(".accord/worker"), "--state", help="Acceptance records."),
+    slots: int = typer.Option(4, "--slots", min=1, help="Jobs served at once."),
+    heartbeat_ms: int = typer.Option(5_000, "--heartbeat-ms", min=10),
+) -> None:
+    """Serve MODULE[:ATTR] until interrupted."""
+    from accord.adapters import open_store, open_transport  # noqa: PLC0415
+    from accord.worker import AcceptanceLog, Runtime, Worker, store_announcer  # noqa: PLC0415
+
+    worker = load_worker(spec)
+    assert isinstance(worker, Worker)
+    try:
+        catalog = load_catalog(contracts or find_root() / "schemas" / "contracts")
+        port = open_transport(transport)
+        announcer = store_announcer(open_store(store)) if store else None
+    except AccordError as exc:
+        console.print(f"[red]worker not started:[/red] {exc}")
+        raise typer.Exit(EXIT_REFUSED) from exc
+    log = AcceptanceLog(state / f"{worker.name}.acceptance.db")
+    runtime = Runtime(worker, port, catalog=catalog, acceptance=log, announce=announcer,
+                      slots=slots, heartbeat_ms=heartbeat_ms)  # fmt: skip
+    console.print(
+        f"serving {', '.join(worker.capabilities)} on {', '.join(runtime.queues)} "
+        f"as {runtime.worker_id}"
+    )
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        try:
+            await runtime.run(stop)
+        finally:
+            await port.close()
+            log.close()
+
+    asyncio.run(serve())
+    console.print(f"stopped after {runtime.stats['served']} jobs")

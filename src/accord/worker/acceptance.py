@@ -1,0 +1,97 @@
+"""The acceptance record: which attempts this worker has accepted, and how they ended.
+
+A queue may deliver a job again after the worker accepted it (a BullMQ stalled job, an expired
+lease on the embedded queue). After acceptance the engine owns the attempt, so a redelivery must
+never start a second run of the handler: the runtime looks the attempt up here first. An attempt
+is keyed by run, stage, attempt and fence — a retry is a new attempt with a new fence, so it is a
+new key and runs normally.
+
+- not recorded → record ``accepted`` and run the handler;
+- ``accepted`` (running here, or the process died mid-run) → re-announce acceptance only; the
+  engine's heartbeat deadline decides whether a new attempt is needed;
+- ``finished`` → republish the stored final outcome (same message id: harmless if it arrived).
+
+It also counts unclassified crashes per (run, stage), which bounds their retries. One SQLite file
+(or ``:memory:``) per worker process; writes are tiny, so they run on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["AcceptanceLog", "Prior"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS acceptance (
+    key TEXT PRIMARY KEY, run_id TEXT NOT NULL, stage TEXT NOT NULL, attempt INTEGER NOT NULL,
+    fence TEXT NOT NULL, state TEXT NOT NULL, outcome BLOB, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS crashes (
+    run_id TEXT NOT NULL, stage TEXT NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (run_id, stage));
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    state: str  # accepted | finished
+    outcome: bytes | None  # the final outcome body, once finished
+
+
+class AcceptanceLog:
+    def __init__(self, path: Path | str = ":memory:") -> None:
+        if str(path) != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._lock = threading.Lock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
+            self._db.executescript(_SCHEMA)
+
+    @staticmethod
+    def key(run_id: str, stage: str, attempt: int, fence: str) -> str:
+        return f"{run_id}\x1f{stage}\x1f{attempt}\x1f{fence}"
+
+    def claim(self, run_id: str, stage: str, attempt: int, fence: str) -> Prior | None:
+        """Record acceptance; ``None`` if this call recorded it, else what was recorded before."""
+        key = self.key(run_id, stage, attempt, fence)
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO acceptance VALUES (?, ?, ?, ?, ?, 'accepted', NULL, ?)",
+                (key, run_id, stage, attempt, fence, time.time()),
+            )
+            if cur.rowcount == 1:
+                return None
+            row = self._db.execute(
+                "SELECT state, outcome FROM acceptance WHERE key = ?", (key,)
+            ).fetchone()
+        return Prior(str(row[0]), bytes(row[1]) if row[1] is not None else None)
+
+    def finish(self, run_id: str, stage: str, attempt: int, fence: str, outcome: bytes) -> None:
+        key = self.key(run_id, stage, attempt, fence)
+        with self._lock:
+            self._db.execute(
+                "UPDATE acceptance SET state = 'finished', outcome = ? WHERE key = ?",
+                (outcome, key),
+            )
+
+    def count_crash(self, run_id: str, stage: str) -> int:
+        """Add one unclassified crash for the stage; the new total."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO crashes VALUES (?, ?, 1) ON CONFLICT (run_id, stage) "
+                "DO UPDATE SET count = count + 1",
+                (run_id, stage),
+            )
+            row = self._db.execute(
+                "SELECT count FROM crashes WHERE run_id = ? AND stage = ?", (run_id, stage)
+            ).fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -1,0 +1,285 @@
+"""The worker runtime: serves a :class:`~accord.worker.sdk.Worker` over any transport.
+
+One job, in order::
+
+    read + validate (wire.read_job)     poison → <queue>.quarantine; invalid → terminal failure
+    acceptance record (AcceptanceLog)   already accepted → re-announce, never a second run
+    publish "accepted"                  BEFORE the handler starts: from here the engine owns it
+    run handler, heartbeating           sync handlers in a thread; progress as it is reported
+    validate result                     invalid → terminal "invalid-result"
+    publish final outcome, record, ack
+
+Cancellation requests arrive on the control queue of each served queue and set the matching
+attempt's :attr:`Context.cancelled`. Unclassified exceptions are retryable until the stage has
+crashed ``max_crashes`` times, then terminal. Capabilities are announced with a TTL and renewed
+at a third of it. :meth:`Runtime.run` returns after a graceful shutdown: stop consuming, let
+in-flight jobs finish (up to ``drain_s``), then stop heartbeats and announcements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from accord.contracts.catalog import Catalog
+from accord.contracts.validate import Validator
+from accord.engine.intake import OUTCOMES_QUEUE
+from accord.engine.outbox import control_queue
+from accord.engine.ports import Delivery, Transport
+from accord.errors import StageFailed
+from accord.worker.acceptance import AcceptanceLog
+from accord.worker.sdk import Binding, Context, Worker
+from accord.worker.wire import Job, Poison, Refused, outcome, read_job, violations_text
+
+__all__ = ["Announcer", "Runtime", "store_announcer"]
+
+log = logging.getLogger("accord.worker")
+Announcer = Callable[[str, Sequence[str], int], Awaitable[None]]  # (worker id, caps, ttl ms)
+
+
+class Runtime:
+    def __init__(
+        self,
+        worker: Worker,
+        transport: Transport,
+        *,
+        catalog: Catalog | None = None,
+        acceptance: AcceptanceLog | None = None,
+        announce: Announcer | None = None,
+        outcomes_queue: str = OUTCOMES_QUEUE,
+        heartbeat_ms: int = 5_000,
+        announce_ttl_ms: int = 30_000,
+        max_crashes: int = 3,
+        slots: int = 4,
+        drain_s: float = 30.0,
+        worker_id: str | None = None,
+    ) -> None:
+        self.worker, self.transport, self.catalog = worker, transport, catalog
+        self.acceptance = acceptance or AcceptanceLog()
+        self.worker_id = worker_id or f"{worker.name}-{secrets.token_hex(3)}"
+        self._announce, self._ttl = announce, announce_ttl_ms
+        self._outcomes, self._heartbeat_ms = outcomes_queue, heartbeat_ms
+        self._max_crashes, self._drain_s = max_crashes, drain_s
+        self._slots = asyncio.Semaphore(slots)
+        self._prefetch = slots
+        self.queues: dict[str, Binding] = {self._queue_of(b): b for b in worker.bindings.values()}
+        self.inflight: dict[str, Context] = {}  # fence → context of the running attempt
+        self.stats = {"served": 0, "handler_runs": 0, "reannounced": 0, "quarantined": 0}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _queue_of(self, binding: Binding) -> str:
+        if binding.queue:
+            return binding.queue
+        contract = self.catalog.capability(binding.capability) if self.catalog else None
+        return (contract.queue if contract else None) or binding.capability.rpartition("@")[0]
+
+    def _contract(self, binding: Binding, part: str) -> str | None:
+        contract = self.catalog.capability(binding.capability) if self.catalog else None
+        return str(getattr(contract, part)) if contract else None
+
+    # -- the loop --------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then shut down gracefully."""
+        spawn = asyncio.get_running_loop().create_task
+        pullers = [spawn(self._pull(q, b)) for q, b in self.queues.items()]
+        pullers += [spawn(self._control(q)) for q in self.queues]
+        keepalive = spawn(self._announcer(stop)) if self._announce else None
+        try:
+            await stop.wait()
+        finally:
+            for p in pullers:  # stop consuming first: nothing new starts
+                p.cancel()
+            await asyncio.gather(*pullers, return_exceptions=True)
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=self._drain_s)
+            if keepalive is not None:
+                keepalive.cancel()
+                await asyncio.gather(keepalive, return_exceptions=True)
+
+    async def _pull(self, queue: str, binding: Binding) -> None:
+        async for delivery in self.transport.consume(queue, self._prefetch):
+            await self._slots.acquire()
+            task = asyncio.get_running_loop().create_task(self._guarded(delivery, binding))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _guarded(self, delivery: Delivery, binding: Binding) -> None:
+        try:
+            await self.serve(delivery, binding)
+        except Exception:  # not acknowledged: the transport redelivers it
+            log.exception("job %s not served", delivery.message_id)
+        finally:
+            self._slots.release()
+
+    async def _control(self, queue: str) -> None:
+        async for delivery in self.transport.consume(control_queue(queue), 16):
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                request = json.loads(delivery.body)
+                ctx = self.inflight.get(str(request.get("fence")))
+                if ctx is not None and ctx.stage == request.get("stage"):
+                    ctx.cancel()
+            await self.transport.ack(delivery)
+
+    async def _announcer(self, stop: asyncio.Event) -> None:
+        assert self._announce is not None
+        while not stop.is_set():
+            try:
+                await self._announce(self.worker_id, self.worker.capabilities, self._ttl)
+            except Exception:
+                log.exception("announcing capabilities failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._ttl / 3000)
+
+    # -- one job ---------------------------------------------------------------------------
+
+    async def serve(self, delivery: Delivery, binding: Binding) -> None:
+        try:
+            job, payload = read_job(delivery.body, self.catalog, self._contract(binding, "request"))
+        except Poison as exc:
+            await self._quarantine(delivery, str(exc))
+            return
+        except Refused as exc:
+            if self._claim(exc.job, delivery) is None:
+                await self._publish(*outcome(exc.job, "accepted", workerId=self.worker_id))
+                await self._finish(exc.job, _failure(exc.code, exc.message, retryable=False))
+            await self._ack(delivery)
+            return
+        if self._claim(job, delivery) is not None:
+            await self._ack(delivery)
+            return
+        await self._publish(*outcome(job, "accepted", workerId=self.worker_id))
+        result = await self._execute(job, payload, binding)
+        await self._finish(job, result)
+        await self._ack(delivery)
+        self.stats["served"] += 1
+
+    def _claim(self, job: Job, delivery: Delivery) -> Any:
+        """``None`` to go ahead; otherwise the prior record (answered by :meth:`_answer_again`)."""
+        prior = self.acceptance.claim(job.run_id, job.stage, job.attempt, job.fence)
+        if prior is not None:
+            self.stats["reannounced"] += 1
+            task = asyncio.get_running_loop().create_task(self._answer_again(job, prior.outcome))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return prior
+
+    async def _answer_again(self, job: Job, final: bytes | None) -> None:
+        await self._publish(*outcome(job, "accepted", workerId=self.worker_id))
+        if final is not None:
+            await self._publish(json.loads(final)["messageId"], final)
+
+    async def _execute(self, job: Job, payload: dict[str, Any], binding: Binding) -> bytes:
+        loop = asyncio.get_running_loop()
+        pending: list[Any] = []  # asyncio tasks, or concurrent futures from handler threads
+        seq = iter(range(1, 1 << 62))
+        owner = threading.get_ident()
+
+        def emit(percent: float, message: str) -> None:
+            coro = self._publish(
+                *outcome(job, "progress", {"percent": percent, "message": message}, seq=next(seq))
+            )
+            if threading.get_ident() == owner:
+                pending.append(asyncio.ensure_future(coro))
+            else:
+                pending.append(asyncio.run_coroutine_threadsafe(coro, loop))
+
+        ctx = Context(
+            run_id=job.run_id, stage=job.stage, attempt=job.attempt, fence=job.fence,
+            tenant=str(job.envelope.get("tenant", "")), capability=binding.capability,
+            idempotency_key=str(job.envelope.get("idempotencyKey") or job.message_id),
+            envelope=job.envelope, services=self.worker.services, _emit=emit,
+        )  # fmt: skip
+        self.inflight[job.fence] = ctx
+        beat = loop.create_task(self._heartbeat(job))
+        self.stats["handler_runs"] += 1
+        try:
+            result = await self._call(binding, payload, ctx)
+            final = self._checked(job, binding, result)
+        except StageFailed as exc:
+            final = _failure(exc.failure_code, exc.reason, retryable=exc.retryable)
+        except Exception as exc:
+            crashes = self.acceptance.count_crash(job.run_id, job.stage)
+            retry = crashes < self._max_crashes
+            note = f"{type(exc).__name__}: {exc}"[:1800] + f" (crash {crashes})"
+            final = _failure("handler-crashed", note, retryable=retry)
+        finally:
+            beat.cancel()
+            self.inflight.pop(job.fence, None)
+        waits = [p if isinstance(p, asyncio.Future) else asyncio.wrap_future(p) for p in pending]
+        await asyncio.gather(beat, *waits, return_exceptions=True)
+        kind, body = final
+        return outcome(job, kind, body)[1]
+
+    async def _call(self, binding: Binding, payload: dict[str, Any], ctx: Context) -> Any:
+        if binding.is_async:
+            return await binding.handler(payload, ctx)  # type: ignore[misc]
+        result = await asyncio.to_thread(binding.handler, payload, ctx)
+        if asyncio.iscoroutine(result):  # a sync-looking callable that returned a coroutine
+            result = await result
+        return result
+
+    def _checked(self, job: Job, binding: Binding, result: Any) -> tuple[str, dict[str, Any]]:
+        if not isinstance(result, dict):
+            return _failure("invalid-result", "the handler returned no object", retryable=False)
+        ref = self._contract(binding, "result")
+        contract = self.catalog.message(ref) if self.catalog and ref else None
+        if contract is None:
+            return "succeeded", result
+        checked = Validator.for_contract(contract).validate(result)
+        if not checked.ok:
+            text = violations_text(checked.violations)
+            return _failure("invalid-result", text, retryable=False)
+        return "succeeded", dict(checked.value)
+
+    async def _heartbeat(self, job: Job) -> None:
+        n = 0
+        while True:
+            await asyncio.sleep(self._heartbeat_ms / 1000)
+            n += 1
+            await self._publish(*outcome(job, "heartbeat", {"at": time.time()}, seq=n))
+
+    async def _finish(self, job: Job, final: bytes | tuple[str, dict[str, Any]]) -> None:
+        body = final if isinstance(final, bytes) else outcome(job, *final)[1]
+        self.acceptance.finish(job.run_id, job.stage, job.attempt, job.fence, body)
+        await self._publish(json.loads(body)["messageId"], body)
+
+    async def _publish(self, message_id: str, body: bytes) -> None:
+        await self.transport.publish(self._outcomes, message_id, body)
+
+    async def _ack(self, delivery: Delivery) -> None:
+        with contextlib.suppress(Exception):  # a lapsed lease: the redelivery is answered
+            await self.transport.ack(delivery)
+
+    async def _quarantine(self, delivery: Delivery, reason: str) -> None:
+        record = {"queue": delivery.queue, "messageId": delivery.message_id, "reason": reason}
+        record["body"] = delivery.body.decode("utf-8", errors="replace")[:65_536]
+        log.warning("quarantined job %s: %s", delivery.message_id, reason)
+        qid = f"quarantine:{delivery.message_id}"
+        await self.transport.publish(
+            f"{delivery.queue}.quarantine", qid, json.dumps(record).encode()
+        )
+        self.stats["quarantined"] += 1
+        await self._ack(delivery)
+
+
+def _failure(code: str, message: str, *, retryable: bool) -> tuple[str, dict[str, Any]]:
+    return "failed", {"code": code, "message": message[:2000], "retryable": retryable}
+
+
+def store_announcer(store: Any, now_ms: Callable[[], int] | None = None) -> Announcer:
+    """An :data:`Announcer` writing to a :class:`~accord.engine.ports.Store` (``announce`` with
+    an absolute expiry)."""
+    clock = now_ms or (lambda: int(time.time() * 1000))
+
+    async def announce(worker_id: str, capabilities: Sequence[str], ttl_ms: int) -> None:
+        await store.announce(worker_id, list(capabilities), clock() + ttl_ms)
+
+    return announce

@@ -1,0 +1,124 @@
+"""Wire rules of the worker runtime: reading a job envelope and writing outcome envelopes.
+
+A job is read in a fixed order, each step refusing rather than repairing:
+
+1. size: bodies above the envelope contract's byte limit are refused before decoding;
+2. identity: ``runId``, ``stage``, ``attempt`` and ``fence`` must be present and typed — without
+   them no outcome can name the attempt, so the job is *poison* (quarantined, never answered);
+3. envelope contract (``envelope@1``) and then the capability's request contract, defaults applied
+   only where a field is missing. A failure here is answered as a terminal ``invalid-request``.
+
+Outcome ids derive from the job's message id, so a redelivered job yields the same ids and the
+transport drops the copies; heartbeats and progress carry a sequence number.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from accord.canonical import canonical_json
+from accord.contracts.catalog import Catalog
+from accord.contracts.validate import DEFAULT_MAX_BYTES, Validator
+from accord.errors import FieldViolation
+
+__all__ = ["Job", "Poison", "Refused", "outcome", "read_job", "violations_text"]
+
+
+class Poison(ValueError):
+    """The delivery cannot be answered at all; ``str()`` is the quarantine reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    envelope: dict[str, Any]
+    run_id: str
+    stage: str
+    attempt: int
+    fence: str
+
+    @property
+    def message_id(self) -> str:
+        return str(self.envelope.get("messageId") or f"{self.run_id}:{self.stage}:{self.attempt}")
+
+
+class Refused(Exception):
+    """The job names its attempt but breaks a contract; answered as a terminal failure."""
+
+    def __init__(self, job: Job, code: str, message: str) -> None:
+        super().__init__(message)
+        self.job, self.code, self.message = job, code, message
+
+
+def violations_text(violations: tuple[FieldViolation, ...]) -> str:
+    return "; ".join(f"{v.path or '$'}: {v.message}" for v in violations)[:2000]
+
+
+def read_job(
+    body: bytes, catalog: Catalog | None, request_ref: str | None
+) -> tuple[Job, dict[str, Any]]:
+    """The job and its validated payload; raises :class:`Poison` or :class:`Refused`."""
+    envelope_contract = catalog.message("envelope@1") if catalog else None
+    limit = (envelope_contract.max_bytes if envelope_contract else None) or DEFAULT_MAX_BYTES
+    if len(body) > limit:
+        raise Poison(f"job of {len(body)} bytes exceeds the envelope limit of {limit}")
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise Poison(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise Poison("job envelope must be a JSON object")
+    job = _identity(doc)
+    if envelope_contract is not None:
+        checked = Validator.for_contract(envelope_contract).validate(_comparable(doc))
+        if not checked.ok:
+            raise Refused(job, "invalid-envelope", violations_text(checked.violations))
+    payload = doc.get("payload")
+    if not isinstance(payload, dict):
+        raise Refused(job, "invalid-request", "payload: must be an object")
+    request = catalog.message(request_ref) if catalog and request_ref else None
+    if request is None:
+        return job, dict(payload)
+    checked = Validator.for_contract(request).validate(payload)
+    if not checked.ok:
+        raise Refused(job, "invalid-request", violations_text(checked.violations))
+    return job, dict(checked.value)
+
+
+def _comparable(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The envelope as ``envelope@1`` describes it. The engine's fences are opaque strings
+    (checked in :func:`_identity`) and an unbranched stage carries ``branch: null``; both are
+    left to the identity check rather than refused."""
+    return {k: v for k, v in doc.items() if k != "fence" and not (k == "branch" and v is None)}
+
+
+def _identity(doc: Mapping[str, Any]) -> Job:
+    run_id, stage, attempt, fence = (doc.get(k) for k in ("runId", "stage", "attempt", "fence"))
+    if not isinstance(run_id, str) or not run_id or not isinstance(stage, str) or not stage:
+        raise Poison("job envelope does not name its run and stage")
+    if not isinstance(attempt, int) or isinstance(attempt, bool):
+        raise Poison("job envelope has no integer attempt")
+    if not isinstance(fence, str | int) or isinstance(fence, bool):
+        raise Poison("job envelope has no fence")
+    return Job(dict(doc), run_id, stage, attempt, str(fence))
+
+
+def outcome(
+    job: Job, kind: str, payload: Mapping[str, Any] | None = None, *, seq: int = 0, **extra: Any
+) -> tuple[str, bytes]:
+    """``(message id, body)`` of an outcome envelope answering ``job``."""
+    message_id = f"{job.message_id}:{kind}" + (f":{seq}" if seq else "")
+    doc: dict[str, Any] = {
+        "messageId": message_id,
+        "messageType": kind,
+        "runId": job.run_id,
+        "stage": job.stage,
+        "attempt": job.attempt,
+        "fence": job.fence,
+        "tenant": job.envelope.get("tenant", ""),
+        "payload": dict(payload or {}),
+        **extra,
+    }
+    return message_id, canonical_json(doc)
