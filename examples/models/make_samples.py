@@ -22,7 +22,9 @@ import trimesh
 HERE = Path(__file__).resolve().parent
 
 
-def plate_with_hole(outer: float = 40.0, inner: float = 20.0, height: float = 5.0) -> trimesh.Trimesh:
+def plate_with_hole(
+    outer: float = 40.0, inner: float = 20.0, height: float = 5.0
+) -> trimesh.Trimesh:
     """A square ring built face by face: 16 vertices, 32 triangles, watertight, genus 1."""
     o, i = outer / 2, inner / 2
     ring = [(-o, -o), (o, -o), (o, o), (-o, o), (-i, -i), (i, -i), (i, i), (-i, i)]

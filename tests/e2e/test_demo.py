@@ -41,7 +41,14 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def demo(scratch: Path) -> list[dict[str, Any]]:
-    args = ["demo", "--models", str(scratch / "models"), "--state", str(scratch / "state"), "--json"]
+    args = [
+        "demo",
+        "--models",
+        str(scratch / "models"),
+        "--state",
+        str(scratch / "state"),
+        "--json",
+    ]
     result = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output[result.output.index("[") :])
@@ -87,3 +94,13 @@ def test_demo_twice_second_run_comes_from_the_cache(scratch: Path) -> None:
         worked = {h.event.get("stage") for h in history if h.event.get("kind") == "stage-accepted"}
         assert worked.isdisjoint({"render-thumbnail", "semantic-analysis", "technical-metadata"})
         assert run.stages["publish"].status == "completed" and run.finalisers == ("completed",)
+
+
+def test_demo_refuses_a_folder_without_models_before_writing_anything(scratch: Path) -> None:
+    empty = scratch / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a model")
+    result = CliRunner().invoke(app, ["demo", "--models", str(empty), "--state", "st"])
+    assert result.exit_code == 2
+    assert "no model files" in result.output
+    assert not (scratch / "schemas" / "published").exists() and not (scratch / "st").exists()

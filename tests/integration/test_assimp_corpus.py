@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from accord_worker_metadata_extract import handle as extract
+from accord_worker_thumbnail_render import handle as render
 
 from accord.contracts.dsl import load_file
 from accord.contracts.validate import validate
@@ -24,13 +26,17 @@ from accord.errors import StageFailed
 from accord.worker.sandbox import Limits
 from accord.worker.sdk import Context
 from accord.worker.storage import StorageMap
-from accord_worker_metadata_extract import handle as extract
-from accord_worker_thumbnail_render import handle as render
 
 CORPUS = Path("/usr/share/assimp/models")
 SUFFIXES = {".stl", ".obj", ".ply", ".off", ".glb", ".gltf", ".3mf"}
 CONTRACTS = Path(__file__).resolve().parents[2] / "schemas" / "contracts"
-CLASSIFIED = {"input-too-large", "parse-timeout", "memory-limit", "unsupported-format", "malformed-model"}
+CLASSIFIED = {
+    "input-too-large",
+    "parse-timeout",
+    "memory-limit",
+    "unsupported-format",
+    "malformed-model",
+}
 LIMITS = Limits(cpu_seconds=20, wall_seconds=40, memory_bytes=2 << 30, input_bytes=8 << 20)
 
 
@@ -85,7 +91,10 @@ def test_every_corpus_model_ends_valid_or_classified(tmp_path: Path) -> None:
         checked = validate(metadata if kind == "metadata" else thumbnail, outcome)
         assert checked.ok, f"{kind} {key}: {checked.violations}"
         tally[f"{kind}:ok"] += 1
-    print(f"\ncorpus: {len(files)} files, {len(jobs)} jobs in {total:.1f}s: {dict(sorted(tally.items()))}")
+    print(
+        f"\ncorpus: {len(files)} files, {len(jobs)} jobs in {total:.1f}s:",
+        dict(sorted(tally.items())),
+    )
     # most of the corpus is well-formed: a parser that refuses everything would fail here
     assert tally["metadata:ok"] >= len(files) // 2
     assert tally["thumbnail:ok"] >= len(files) // 2

@@ -1,4 +1,4 @@
-"""`accord demo`, contract phase: lint, diff, publish and generate in a scratch copy of the repository."""
+"""`accord demo`, contract phase: lint, diff, publish and generate in a scratch repository copy."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def fleet(plan: Plan, catalog: Catalog, calls: list[str]) -> list[Worker]:
         def handle(payload: dict[str, Any], ctx: Context, r: Any = result) -> dict[str, Any]:
             calls.append(ctx.capability)
             ctx.progress(50, "half way")
-            return r | {"modelId": payload["modelId"]}
+            return dict(r) | {"modelId": payload["modelId"]}
 
         w.bind(stage.capability.ref, handle)
         workers.append(w)
@@ -100,10 +100,7 @@ async def assert_path(engine: Engine, run_id: str, *, hit: bool) -> None:
     assert ("render-thumbnail" in dispatched) is not hit
 
 
-def test_worker_command_serves_jobs_from_another_process(
-    compiled: tuple[Plan, Catalog], tmp_path: Path
-) -> None:
-    plan, catalog = compiled
+def test_worker_command_serves_jobs_from_another_process(tmp_path: Path) -> None:
     module = tmp_path / "tiny_worker.py"
     module.write_text(
         "from accord.worker import Worker\n"

@@ -8,18 +8,12 @@ never share an entry. Layout under the root (``.accord/cache`` by default)::
                                          size, createdAt, absolute expiresAt
     objects/sha256/<hh>/<hex>.json       the result, addressed by its own digest
 
-A read is classified, never guessed:
-
-========================== ==========================================================
-``hit``                    metadata valid, unexpired, tenant matches, object verified and
-                           valid against its result contract
-``miss``                   the metadata file explicitly does not exist — nothing else
-``denied``                 the tenant may not use the cache, or the entry is another tenant's
-``unavailable``            the store cannot be read (permissions, not a directory, I/O)
-``corrupt``                metadata unreadable or malformed; object missing or digest mismatch
-``invalid-against-contract`` the object decodes but breaks its result contract
-``expired``                ``expiresAt`` is in the past
-========================== ==========================================================
+A read is classified, never guessed: ``hit`` (metadata valid, unexpired, same tenant, object
+verified by digest and valid against its result contract); ``miss`` (the metadata file explicitly
+does not exist — nothing else); ``denied`` (the tenant may not use the cache, or the entry is
+another tenant's); ``unavailable`` (the store cannot be read: permissions, not a directory, I/O);
+``corrupt`` (metadata unreadable or malformed, object missing or failing its digest);
+``invalid-against-contract`` (the object breaks its result contract); ``expired``.
 
 Writes are atomic (temp file in the same directory, fsync, ``os.replace``), object first, so a
 reader never sees metadata pointing at a half-written object. Concurrent lookups of one key

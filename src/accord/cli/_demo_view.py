@@ -50,7 +50,9 @@ def _cell(st: StageState | None) -> str:
     return f"[red]✗ {code}[/red]"
 
 
-def live_table(runs: Sequence[ModelRun], states: Mapping[str, RunState | None], title: str) -> Table:
+def live_table(
+    runs: Sequence[ModelRun], states: Mapping[str, RunState | None], title: str
+) -> Table:
     table = Table(title=title)
     for column in ("model", "run", *(_SHORT[s] for s in STAGES), "audit"):
         table.add_column(column, overflow="fold")
@@ -94,6 +96,11 @@ def summarise(mr: ModelRun, run: RunState, state_dir: Path, objects: Path) -> di
     thumbs = results.get("thumbnail-generated@1", {})
     analysis = results.get("semantic-analysis@1", {})
     errors = {n: s.error.get("code") for n, s in run.stages.items() if s.error}
+    stages = {
+        s: {"status": run.stages[s].status, "ms": _ms(run.stages[s])}
+        for s in STAGES
+        if s in run.stages
+    }
     return {
         "modelId": mr.model_id,
         "source": str(mr.source),
@@ -101,15 +108,16 @@ def summarise(mr: ModelRun, run: RunState, state_dir: Path, objects: Path) -> di
         "status": run.status,
         "route": "cache hit" if hit else ("workers" if lookup else "-"),
         "cacheOutcome": lookup.get("outcome"),
-        "stages": {s: {"status": run.stages[s].status, "ms": _ms(run.stages[s])}
-                   for s in STAGES if s in run.stages},  # fmt: skip
+        "stages": stages,
         "errors": errors,
         "format": meta.get("format"),
         "faces": meta.get("faceCount"),
         "watertight": meta.get("watertight"),
         "volume": meta.get("volume"),
         "tags": [t["label"] for t in analysis.get("tags", [])][:4],
-        "thumbnails": [str(objects / run.tenant / p["objectKey"]) for p in thumbs.get("previews", [])],
+        "thumbnails": [
+            str(objects / run.tenant / p["objectKey"]) for p in thumbs.get("previews", [])
+        ],
         "views": len(thumbs.get("views", [])),
     }
 

@@ -21,12 +21,12 @@ import importlib
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from accord.cli._common import EXIT_REFUSED, console, emit_json, print_diagnostics
+from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, console, emit_json, print_diagnostics
 from accord.cli._registry import Workspace, workspace
 from accord.contracts import compat
 from accord.contracts.model import MessageContract
@@ -107,15 +107,26 @@ def model_files(folder: Path) -> list[tuple[str, Path]]:
 
 
 def demo(
-    models: Path | None = typer.Option(None, "--models", help="Ingest the models in DIR."),
-    state: Path | None = typer.Option(None, "--state", help="State directory (.accord/demo)."),
-    tenant: str = typer.Option("demo", "--tenant", help="Tenant the runs belong to."),
-    contracts_only: bool = typer.Option(False, "--contracts-only", help="Stop after contracts."),
-    json_out: bool = typer.Option(False, "--json", help="Print the per-model report as JSON."),
+    models: Annotated[Path | None, typer.Option("--models", help="Ingest DIR's models.")] = None,
+    state: Annotated[Path | None, typer.Option("--state", help="State dir (.accord/demo).")] = None,
+    tenant: Annotated[str, typer.Option("--tenant", help="Tenant of the runs.")] = "demo",
+    contracts_only: Annotated[bool, typer.Option("--contracts-only")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Contracts, then the model-ingest workflow over real models, live; run again to hit the
     cache."""
     ws = workspace()
+    folder = models or ws.root / "examples" / "models"
+    found: list[tuple[str, Path]] = []
+    if not contracts_only:  # a bad folder is refused before anything is written
+        if not folder.is_dir():
+            console.print(f"[red]demo stopped:[/red] no model folder at {folder}")
+            raise typer.Exit(EXIT_USAGE)
+        found = model_files(folder)
+        if not found:
+            kinds = ", ".join(sorted(SUFFIXES))
+            console.print(f"[red]demo stopped:[/red] no model files ({kinds}) in {folder}")
+            raise typer.Exit(EXIT_USAGE)
     try:
         steps = contract_phase(ws)
     except AccordError as exc:
@@ -128,15 +139,6 @@ def demo(
         return
     from accord.cli._demo_run import run_demo  # noqa: PLC0415 - engine and workers load here
 
-    folder = models or ws.root / "examples" / "models"
-    if not folder.is_dir():
-        console.print(f"[red]demo stopped:[/red] no model folder at {folder}")
-        raise typer.Exit(EXIT_REFUSED)
-    found = model_files(folder)
-    if not found:
-        console.print(f"[red]demo stopped:[/red] no model files ({', '.join(sorted(SUFFIXES))}) "
-                      f"in {folder}")  # fmt: skip
-        raise typer.Exit(EXIT_REFUSED)
     try:
         rows = asyncio.run(
             run_demo(ws, found, state or ws.root / ".accord" / "demo", tenant, quiet=json_out)

@@ -15,6 +15,7 @@ import contextlib
 import importlib
 import signal
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -22,6 +23,7 @@ from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, console
 from accord.contracts.sources import find_root, load_catalog
 from accord.errors import AccordError
 
+STATE = Path(".accord/worker")
 app = typer.Typer(help="Run workers built with the Worker SDK.", no_args_is_help=True)
 
 
@@ -44,13 +46,14 @@ def load_worker(spec: str) -> object:
 
 @app.command("run")
 def run(
-    spec: str = typer.Argument(..., metavar="MODULE[:ATTR]", help="The Worker object to serve."),
-    transport: str = typer.Option(..., "--transport", help="Transport URL."),
-    store: str | None = typer.Option(None, "--store", help="Store URL for announcements."),
-    contracts: Path | None = typer.Option(None, "--contracts", help="Contract sources."),
-    state: Path = typer.Option(Path(".accord/worker"), "--state", help="Acceptance records."),
-    slots: int = typer.Option(4, "--slots", min=1, help="Jobs served at once."),
-    heartbeat_ms: int = typer.Option(5_000, "--heartbeat-ms", min=10),
+    spec: Annotated[str, typer.Argument(metavar="MODULE[:ATTR]", help="The Worker to serve.")],
+    transport: Annotated[str, typer.Option("--transport", help="Transport URL.")],
+    *,
+    store: Annotated[str | None, typer.Option("--store", help="Store URL to announce in.")] = None,
+    contracts: Annotated[Path | None, typer.Option("--contracts", help="Contract sources.")] = None,
+    state: Annotated[Path, typer.Option("--state", help="Acceptance records.")] = STATE,
+    slots: Annotated[int, typer.Option("--slots", min=1, help="Jobs at once.")] = 4,
+    heartbeat_ms: Annotated[int, typer.Option("--heartbeat-ms", min=10)] = 5_000,
 ) -> None:
     """Serve MODULE[:ATTR] until interrupted."""
     from accord.adapters import open_store, open_transport  # noqa: PLC0415

@@ -92,6 +92,13 @@ class ActionExecutor:
     def in_flight(self) -> set[str]:
         return set(self._tasks)
 
+    async def abandon(self) -> None:
+        """Cancel every running action, as a process death would (tests and scenarios)."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def wait_idle(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)

@@ -222,9 +222,7 @@ class EngineHarness:
 
     async def crash(self) -> Engine:
         """Lose everything in memory, as ``kill -9`` would, and start a fresh engine."""
-        for task in list(self.engine.executor._tasks.values()):
-            task.cancel()
-        await asyncio.gather(*self.engine.executor._tasks.values(), return_exceptions=True)
+        await self.engine.executor.abandon()
         self._crashes += 1
         self.engine = self._new_engine()
         return self.engine

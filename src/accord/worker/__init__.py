@@ -6,8 +6,9 @@
 """
 
 from accord.worker.acceptance import AcceptanceLog
-from accord.worker.runtime import Announcer, Runtime, store_announcer
+from accord.worker.runtime import Runtime
 from accord.worker.sdk import Cancelled, Context, RetryableError, TerminalError, Worker
+from accord.worker.wire import Announcer, store_announcer
 
 __all__ = [
     "AcceptanceLog",

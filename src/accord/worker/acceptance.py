@@ -49,6 +49,9 @@ class AcceptanceLog:
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
+            # survives a process crash (what redelivery follows); a power loss can forget an
+            # acceptance, and then the engine's heartbeat deadline retries the attempt anyway
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
 

@@ -166,7 +166,9 @@ def _external_refs(doc: dict[str, object], base: Path, limits: Limits) -> None:
                 raise failure("malformed-model", f"glTF {group} URI {uri[:100]!r} is not local")
             target = (top / rel).resolve()
             if not target.is_relative_to(top):
-                raise failure("malformed-model", f"glTF {group} URI {uri[:100]!r} leaves its folder")
+                raise failure(
+                    "malformed-model", f"glTF {group} URI {uri[:100]!r} leaves its folder"
+                )
             if group == "buffers" and not target.is_file():
                 raise failure("malformed-model", f"glTF buffer {uri[:100]!r} is missing")
             total += target.stat().st_size if target.is_file() else 0

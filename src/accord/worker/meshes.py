@@ -14,6 +14,7 @@ comment in PLY/OBJ/OFF headers; otherwise ``unknown``.
 
 from __future__ import annotations
 
+import logging
 import re
 import tempfile
 import zipfile
@@ -27,6 +28,8 @@ from accord.worker.meshcheck import detect_format, inflate_gzip, precheck
 from accord.worker.sandbox import Limits, failure
 
 __all__ = ["LoadedModel", "load_model"]
+
+logging.getLogger("trimesh").setLevel(logging.ERROR)  # parser chatter is not an outcome
 
 _UNIT_WORDS = {
     "millimeter": "mm", "millimetre": "mm", "mm": "mm", "centimeter": "cm", "centimetre": "cm",

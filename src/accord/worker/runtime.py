@@ -25,23 +25,21 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from accord.contracts.catalog import Catalog
-from accord.contracts.validate import Validator
 from accord.engine.intake import OUTCOMES_QUEUE
 from accord.engine.outbox import control_queue
 from accord.engine.ports import Delivery, Transport
 from accord.errors import StageFailed
+from accord.worker import wire
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.sdk import Binding, Context, Worker
-from accord.worker.wire import Job, Poison, Refused, outcome, read_job, violations_text
+from accord.worker.wire import Announcer, Job, Poison, Refused, failure, outcome
 
-__all__ = ["Announcer", "Runtime", "store_announcer"]
+__all__ = ["Runtime"]
 
 log = logging.getLogger("accord.worker")
-Announcer = Callable[[str, Sequence[str], int], Awaitable[None]]  # (worker id, caps, ttl ms)
 
 
 class Runtime:
@@ -83,8 +81,6 @@ class Runtime:
     def _contract(self, binding: Binding, part: str) -> str | None:
         contract = self.catalog.capability(binding.capability) if self.catalog else None
         return str(getattr(contract, part)) if contract else None
-
-    # -- the loop --------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then shut down gracefully."""
@@ -138,18 +134,18 @@ class Runtime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._ttl / 3000)
 
-    # -- one job ---------------------------------------------------------------------------
-
     async def serve(self, delivery: Delivery, binding: Binding) -> None:
         try:
-            job, payload = read_job(delivery.body, self.catalog, self._contract(binding, "request"))
+            job, payload = wire.read_job(
+                delivery.body, self.catalog, self._contract(binding, "request")
+            )
         except Poison as exc:
             await self._quarantine(delivery, str(exc))
             return
         except Refused as exc:
             if self._claim(exc.job, delivery) is None:
                 await self._publish(*outcome(exc.job, "accepted", workerId=self.worker_id))
-                await self._finish(exc.job, _failure(exc.code, exc.message, retryable=False))
+                await self._finish(exc.job, failure(exc.code, exc.message, retryable=False))
             await self._ack(delivery)
             return
         if self._claim(job, delivery) is not None:
@@ -202,14 +198,14 @@ class Runtime:
         self.stats["handler_runs"] += 1
         try:
             result = await self._call(binding, payload, ctx)
-            final = self._checked(job, binding, result)
+            final = wire.check_result(self.catalog, self._contract(binding, "result"), result)
         except StageFailed as exc:
-            final = _failure(exc.failure_code, exc.reason, retryable=exc.retryable)
+            final = failure(exc.failure_code, exc.reason, retryable=exc.retryable)
         except Exception as exc:
             crashes = self.acceptance.count_crash(job.run_id, job.stage)
             retry = crashes < self._max_crashes
             note = f"{type(exc).__name__}: {exc}"[:1800] + f" (crash {crashes})"
-            final = _failure("handler-crashed", note, retryable=retry)
+            final = failure("handler-crashed", note, retryable=retry)
         finally:
             beat.cancel()
             self.inflight.pop(job.fence, None)
@@ -225,19 +221,6 @@ class Runtime:
         if asyncio.iscoroutine(result):  # a sync-looking callable that returned a coroutine
             result = await result
         return result
-
-    def _checked(self, job: Job, binding: Binding, result: Any) -> tuple[str, dict[str, Any]]:
-        if not isinstance(result, dict):
-            return _failure("invalid-result", "the handler returned no object", retryable=False)
-        ref = self._contract(binding, "result")
-        contract = self.catalog.message(ref) if self.catalog and ref else None
-        if contract is None:
-            return "succeeded", result
-        checked = Validator.for_contract(contract).validate(result)
-        if not checked.ok:
-            text = violations_text(checked.violations)
-            return _failure("invalid-result", text, retryable=False)
-        return "succeeded", dict(checked.value)
 
     async def _heartbeat(self, job: Job) -> None:
         n = 0
@@ -259,27 +242,7 @@ class Runtime:
             await self.transport.ack(delivery)
 
     async def _quarantine(self, delivery: Delivery, reason: str) -> None:
-        record = {"queue": delivery.queue, "messageId": delivery.message_id, "reason": reason}
-        record["body"] = delivery.body.decode("utf-8", errors="replace")[:65_536]
         log.warning("quarantined job %s: %s", delivery.message_id, reason)
-        qid = f"quarantine:{delivery.message_id}"
-        await self.transport.publish(
-            f"{delivery.queue}.quarantine", qid, json.dumps(record).encode()
-        )
+        await self.transport.publish(*wire.quarantine(delivery, reason))
         self.stats["quarantined"] += 1
         await self._ack(delivery)
-
-
-def _failure(code: str, message: str, *, retryable: bool) -> tuple[str, dict[str, Any]]:
-    return "failed", {"code": code, "message": message[:2000], "retryable": retryable}
-
-
-def store_announcer(store: Any, now_ms: Callable[[], int] | None = None) -> Announcer:
-    """An :data:`Announcer` writing to a :class:`~accord.engine.ports.Store` (``announce`` with
-    an absolute expiry)."""
-    clock = now_ms or (lambda: int(time.time() * 1000))
-
-    async def announce(worker_id: str, capabilities: Sequence[str], ttl_ms: int) -> None:
-        await store.announce(worker_id, list(capabilities), clock() + ttl_ms)
-
-    return announce

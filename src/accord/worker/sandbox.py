@@ -32,6 +32,7 @@ import errno
 import importlib
 import multiprocessing
 import os
+import resource
 import signal
 import threading
 from collections.abc import Sequence
@@ -63,10 +64,11 @@ class Limits:
     def from_contract(cls, limits: dict[str, int], **overrides: Any) -> Limits:
         """From a capability contract's ``limits`` (``timeMs``, ``memoryBytes``, ``inputBytes``)."""
         wall = limits.get("timeMs", 120_000) / 1000
+        input_bytes = limits.get("inputBytes", 512 * _MIB)
         values: dict[str, Any] = {
-            "input_bytes": limits.get("inputBytes", cls.input_bytes),
-            "decompressed_bytes": 2 * limits.get("inputBytes", cls.input_bytes),
-            "memory_bytes": limits.get("memoryBytes", cls.memory_bytes),
+            "input_bytes": input_bytes,
+            "decompressed_bytes": 2 * input_bytes,
+            "memory_bytes": limits.get("memoryBytes", 1024 * _MIB),
             "wall_seconds": wall,
             "cpu_seconds": max(1, int(wall)),
         }
@@ -116,8 +118,6 @@ def _ctx() -> ForkServerContext:
 
 
 def _apply_limits(limits: Limits) -> None:
-    import resource
-
     cpu = max(1, int(limits.cpu_seconds))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))

@@ -58,7 +58,9 @@ class ObjectStorage:
         path.parent.mkdir(parents=True, exist_ok=True)
         # the parent may have been swapped for a link since resolving: resolve again after mkdir
         if resolve_object(self.root, self.tenant, key) != path:
-            raise StageFailed("object path changed while writing", failure_code="invalid-object-key")
+            raise StageFailed(
+                "object path changed while writing", failure_code="invalid-object-key"
+            )
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as out:

@@ -9,22 +9,40 @@ A job is read in a fixed order, each step refusing rather than repairing:
    only where a field is missing. A failure here is answered as a terminal ``invalid-request``.
 
 Outcome ids derive from the job's message id, so a redelivered job yields the same ids and the
-transport drops the copies; heartbeats and progress carry a sequence number.
+transport drops the copies; heartbeats and progress carry a sequence number. Capabilities are
+announced through an :data:`Announcer` (``Engine.announce`` has that shape; :func:`store_announcer`
+writes straight to a store).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from accord.canonical import canonical_json
 from accord.contracts.catalog import Catalog
 from accord.contracts.validate import DEFAULT_MAX_BYTES, Validator
+from accord.engine.ports import Delivery
 from accord.errors import FieldViolation
 
-__all__ = ["Job", "Poison", "Refused", "outcome", "read_job", "violations_text"]
+__all__ = [
+    "Announcer",
+    "Job",
+    "Poison",
+    "Refused",
+    "check_result",
+    "failure",
+    "outcome",
+    "quarantine",
+    "read_job",
+    "store_announcer",
+    "violations_text",
+]
+
+Announcer = Callable[[str, Sequence[str], int], Awaitable[None]]  # (worker id, caps, ttl ms)
 
 
 class Poison(ValueError):
@@ -122,3 +140,44 @@ def outcome(
         **extra,
     }
     return message_id, canonical_json(doc)
+
+
+def failure(code: str, message: str, *, retryable: bool) -> tuple[str, dict[str, Any]]:
+    return "failed", {"code": code, "message": message[:2000], "retryable": retryable}
+
+
+def quarantine(delivery: Delivery, reason: str) -> tuple[str, str, bytes]:
+    """``(queue, message id, body)`` of the quarantine record for a poison delivery."""
+    record = {"queue": delivery.queue, "messageId": delivery.message_id, "reason": reason,
+              "body": delivery.body.decode("utf-8", errors="replace")[:65_536]}  # fmt: skip
+    return (
+        f"{delivery.queue}.quarantine",
+        f"quarantine:{delivery.message_id}",
+        canonical_json(record),
+    )
+
+
+def store_announcer(store: Any, now_ms: Callable[[], int] | None = None) -> Announcer:
+    """An :data:`Announcer` writing to a :class:`~accord.engine.ports.Store` (``announce`` with
+    an absolute expiry)."""
+    clock = now_ms or (lambda: int(time.time() * 1000))
+
+    async def announce(worker_id: str, capabilities: Sequence[str], ttl_ms: int) -> None:
+        await store.announce(worker_id, list(capabilities), clock() + ttl_ms)
+
+    return announce
+
+
+def check_result(
+    catalog: Catalog | None, result_ref: str | None, result: Any
+) -> tuple[str, dict[str, Any]]:
+    """``("succeeded", normalised result)``, or a terminal ``invalid-result`` failure."""
+    if not isinstance(result, dict):
+        return failure("invalid-result", "the handler returned no object", retryable=False)
+    contract = catalog.message(result_ref) if catalog and result_ref else None
+    if contract is None:
+        return "succeeded", result
+    checked = Validator.for_contract(contract).validate(result)
+    if not checked.ok:
+        return failure("invalid-result", violations_text(checked.violations), retryable=False)
+    return "succeeded", dict(checked.value)

@@ -8,11 +8,14 @@ identifiers, operators; ``//`` comments) and collects every static path rooted a
 - ``stages["s"].result.x`` / ``stages.s.result.x`` → ``Reference("stage", "s", "result", ("x",))``
 - ``stages["s"].state`` → ``Reference("stage", "s", "state", ())``
 
-A path ends at the first dynamic index, method call (``.size()``) or operator. A path written as
-the argument of the ``has()`` macro is recorded with ``kind="has"``: the type layer treats the
-tested field (and only that field) as guarded anywhere in the same expression. The guard is not
-flow-sensitive (``!has(x) && x`` passes admission); such a read fails at run time as an
-``evaluation-error`` and follows the decision's ``on_evaluation_error`` edge.
+``stages`` itself must always be indexed by a literal name (``DynamicReference`` otherwise):
+the engine hands an expression only the stages it names, and the contract layer must know which
+results it reads. A path ends at the first dynamic index, method call (``.size()``) or
+operator. A path written as the argument of the ``has()`` macro is recorded with
+``kind="has"``: the type layer treats the tested field (and only that field) as guarded anywhere
+in the same expression. The guard is not flow-sensitive (``!has(x) && x`` passes admission);
+such a read fails at run time as an ``evaluation-error`` and follows the decision's
+``on_evaluation_error`` edge.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Reference", "Token", "scan"]
+__all__ = ["DynamicReference", "Reference", "Token", "scan", "token_texts"]
 
 _TOKEN = re.compile(
     r"""
@@ -34,6 +37,10 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE,
 )
+
+
+class DynamicReference(ValueError):
+    """``stages`` used other than as ``stages["name"]``: what it reads cannot be checked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +112,9 @@ def _reference(tokens: list[Token], i: int) -> Reference | None:
     if root.text == "stages":
         stage, j = _key(tokens, j)
         if stage is None:
-            return None
+            raise DynamicReference(
+                f"column {root.offset + 1}: `stages` must be indexed by a literal stage name"
+            )
         which, j = _key(tokens, j)
         if which == "state":
             return Reference("stage", stage, "state", (), kind, root.offset)
@@ -119,6 +128,11 @@ def _reference(tokens: list[Token], i: int) -> Reference | None:
         path.append(key)
     source: Literal["context", "stage"] = "stage" if stage is not None else "context"
     return Reference(source, stage, part, tuple(path), kind, root.offset)
+
+
+def token_texts(source: str) -> list[str]:
+    """The lexical tokens of ``source`` (``ValueError`` on a character CEL cannot lex)."""
+    return [t.text for t in _lex(source)]
 
 
 def scan(source: str) -> tuple[list[str], tuple[Reference, ...]]:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from accord.contracts.model import CapabilityContract, ContractRef, FieldSpec, MessageContract
 from accord.errors import Diagnostic
+from accord.workflow.catalog import ContractCatalogLike
 from accord.workflow.cel_refs import Reference
 from accord.workflow.check_inputs import may_be_missing, type_input, walk
 from accord.workflow.dsl import DecisionDef, Definition, StageDef, TaskDef, location_of
@@ -33,14 +33,6 @@ from accord.workflow.graph import Graph, guaranteed
 from accord.workflow.plan import Binding, CapabilityPin, InputValue
 
 __all__ = ["ContractCatalogLike", "Resolved", "check_types"]
-
-
-class ContractCatalogLike(Protocol):
-    """What the compiler needs of :class:`accord.contracts.catalog.Catalog`."""
-
-    def message(self, ref: ContractRef) -> MessageContract | None: ...
-    def capability(self, ref: ContractRef) -> CapabilityContract | None: ...
-    def digest(self, item: Any) -> str: ...
 
 
 @dataclass(slots=True)

@@ -14,7 +14,8 @@ Admission bounds evaluation cost statically, before anything runs:
   at run time).
 
 Compile-time errors raise :class:`ExpressionError` with ``expression-syntax``, ``expression-type``,
-``expression-too-large``, ``expression-too-costly`` or ``expression-comprehension``. At run time
+``expression-too-large``, ``expression-too-costly``, ``expression-comprehension`` or
+``expression-dynamic-reference`` (``stages`` not indexed by a literal stage name). At run time
 :func:`evaluate` raises ``evaluation-error`` for any CEL error (missing key, bad operand) and for a
 non-bool result; the engine then follows the decision's ``on_evaluation_error`` edge.
 
@@ -34,7 +35,7 @@ from typing import Any
 from cel_expr_python import cel
 
 from accord.errors import AccordError
-from accord.workflow.cel_refs import Reference, scan
+from accord.workflow.cel_refs import DynamicReference, Reference, scan, token_texts
 
 __all__ = [
     "MAX_SOURCE_CHARS",
@@ -114,8 +115,11 @@ def compile_expression(source: str) -> CompiledExpression:
         raise ExpressionError(
             "expression-too-large", f"{len(source)} characters (limit {MAX_SOURCE_CHARS})"
         )
+    dynamic = ""
     try:
         tokens, references = scan(source)
+    except DynamicReference as exc:
+        dynamic, tokens, references = str(exc), token_texts(source), ()
     except ValueError as exc:
         raise ExpressionError("expression-syntax", str(exc)) from None
     if len(tokens) > MAX_TOKENS:
@@ -130,6 +134,8 @@ def compile_expression(source: str) -> CompiledExpression:
         program = _ENV.compile(source)
     except RuntimeError as exc:
         raise ExpressionError("expression-syntax", _first_line(str(exc))) from None
+    if dynamic:  # reported after syntax, which is the more basic problem
+        raise ExpressionError("expression-dynamic-reference", dynamic)
     rtype = program.return_type().name().lower()
     if rtype not in ("bool", "dyn"):
         raise ExpressionError(

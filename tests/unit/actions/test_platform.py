@@ -23,7 +23,7 @@ ANALYSIS = {
 THUMB = {"modelId": "m1", "previews": [{
     "previewType": "gallery", "objectKey": "thumbs/m1.png", "contentType": "image/png",
     "width": 64, "height": 64, "sizeBytes": 10, "digest": "sha256:" + "ab" * 32}]}  # fmt: skip
-RESULTS = {"thumbnail.render@3": THUMB, "semantic.analyse@4": ANALYSIS,
+RESULTS: dict[str, dict[str, Any]] = {"thumbnail.render@3": THUMB, "semantic.analyse@4": ANALYSIS,
            "metadata.extract@2": metadata()}  # fmt: skip
 
 

@@ -20,7 +20,9 @@ def test_put_bytes_returns_key_size_and_digest_of_what_is_on_disk(tmp_path: Path
     assert (key, size) == ("thumbnails/m1/gallery.png", len(on_disk))
     assert digest == "sha256:" + hashlib.sha256(on_disk).hexdigest()
     assert store.get_path(key).read_bytes() == on_disk
-    assert not [p for p in (tmp_path / "acme" / "thumbnails" / "m1").iterdir() if p.name.startswith(".tmp")]
+    assert not [
+        p for p in (tmp_path / "acme" / "thumbnails" / "m1").iterdir() if p.name.startswith(".tmp")
+    ]
 
 
 @settings(max_examples=25, deadline=None)

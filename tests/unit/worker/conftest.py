@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from accord.adapters.transports.memory import MemoryTransport
 from accord.adapters.transports._base import QueueOptions
+from accord.adapters.transports.memory import MemoryTransport
 from accord.contracts.catalog import Catalog
 from accord.contracts.sources import load_catalog
 from accord.engine.intake import OUTCOMES_QUEUE

@@ -10,8 +10,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.unit.worker.conftest import JobMaker, Recorder
-
 from accord.canonical import canonical_json
 from accord.contracts.catalog import Catalog
 from accord.engine.outbox import control_queue
@@ -23,6 +21,7 @@ from accord.worker import (
     TerminalError,
     Worker,
 )
+from tests.unit.worker.conftest import JobMaker, Recorder
 
 CAP = "thumbnail.render@3"
 DIGEST = "sha256:" + "ab" * 32
@@ -30,7 +29,8 @@ DIGEST = "sha256:" + "ab" * 32
 
 def thumbnail(model_id: str = "m1") -> dict[str, Any]:
     preview = {"previewType": "gallery", "objectKey": f"thumbs/{model_id}.png", "width": 64,
-               "height": 64, "contentType": "image/png", "sizeBytes": 10, "digest": DIGEST}  # fmt: skip
+               "height": 64, "contentType": "image/png", "sizeBytes": 10,
+               "digest": DIGEST}  # fmt: skip
     return {"modelId": model_id, "previews": [preview]}
 
 
@@ -152,7 +152,9 @@ async def test_progress_is_reported_in_order_before_the_result(
     async with serving(Runtime(worker_with(handler), transport, catalog=catalog)):
         await send(transport, job())
         await transport.wait_for("succeeded")
-    progress = [(d["payload"]["percent"], d["payload"]["message"]) for d in transport.of("progress")]
+    progress = [
+        (d["payload"]["percent"], d["payload"]["message"]) for d in transport.of("progress")
+    ]
     assert progress == [(10.0, "loading"), (60.0, "rendering"), (100.0, "")]
     assert transport.kinds()[-1] == "succeeded"
 
@@ -229,7 +231,12 @@ async def test_invalid_request_fails_terminally_without_running_the_handler(
     transport: Recorder, catalog: Catalog, job: JobMaker
 ) -> None:
     calls: list[str] = []
-    w = worker_with(lambda p, c: calls.append("ran") or thumbnail())
+
+    def handler(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        calls.append("ran")
+        return thumbnail()
+
+    w = worker_with(handler)
     async with serving(Runtime(w, transport, catalog=catalog)):
         await send(transport, job({"modelId": "m1", "previewType": "poster"}))
         await transport.wait_for("failed")
@@ -281,9 +288,7 @@ async def test_shutdown_finishes_in_flight_work_and_stops_consuming(
     assert runtime.stats["handler_runs"] == 1  # nothing consumed after shutdown
 
 
-async def test_capabilities_are_announced_with_a_ttl(
-    transport: Recorder, catalog: Catalog
-) -> None:
+async def test_capabilities_are_announced_with_a_ttl(transport: Recorder, catalog: Catalog) -> None:
     seen: list[tuple[str, list[str], int]] = []
 
     async def announce(worker_id: str, caps: Any, ttl_ms: int) -> None:

@@ -47,6 +47,8 @@ def test_evaluates_against_context_and_stages() -> None:
         ("true&&" * 130 + "true", "expression-too-costly"),
         ("x" * (MAX_SOURCE_CHARS + 1), "expression-too-large"),
         ("a # b", "expression-syntax"),
+        ("stages[context.name].result.ok", "expression-dynamic-reference"),
+        ('"a" in stages', "expression-dynamic-reference"),
     ],
 )
 def test_refuses_at_compile_time(source: str, code: str) -> None:

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from accord_worker_metadata_extract import handle
 
 from accord.errors import StageFailed
 from accord.worker.sandbox import Limits
 from accord.worker.sdk import Context
 from accord.worker.storage import StorageMap
-from accord_worker_metadata_extract import handle
 
 SAMPLES = Path(__file__).resolve().parents[3] / "examples" / "models"
 LIMITS = Limits(cpu_seconds=20, wall_seconds=40)
@@ -23,7 +23,9 @@ LIMITS = Limits(cpu_seconds=20, wall_seconds=40)
 
 def _ctx(root: Path, limits: Limits = LIMITS) -> Context:
     services = {"storage": StorageMap.local(root), "limits": limits}
-    return Context("run-1", "technical-metadata", 1, "f1", "acme", "metadata.extract@2", "k1", {}, services)
+    return Context(
+        "run-1", "technical-metadata", 1, "f1", "acme", "metadata.extract@2", "k1", {}, services
+    )
 
 
 def _extract(root: Path, name: str, data: bytes | None = None, **extra: Any) -> dict[str, Any]:
@@ -129,7 +131,10 @@ def test_an_oversized_model_is_refused(tmp_path: Path) -> None:
     (tmp_path / "acme" / "models").mkdir(parents=True)
     shutil.copy(SAMPLES / "torus.obj", tmp_path / "acme" / "models" / "torus.obj")
     with pytest.raises(StageFailed) as caught:
-        handle({"modelId": "m1", "objectKey": "models/torus.obj"}, _ctx(tmp_path, Limits(input_bytes=1000)))
+        handle(
+            {"modelId": "m1", "objectKey": "models/torus.obj"},
+            _ctx(tmp_path, Limits(input_bytes=1000)),
+        )
     assert caught.value.failure_code == "input-too-large"
 
 

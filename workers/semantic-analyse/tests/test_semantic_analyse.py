@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+from accord_worker_semantic_analyse import handle
+from accord_worker_semantic_analyse.analysis import describe
 from hypothesis import given
 from hypothesis import strategies as st
 
 from accord.worker.sandbox import Limits
 from accord.worker.sdk import Context
 from accord.worker.storage import StorageMap
-from accord_worker_semantic_analyse import handle
-from accord_worker_semantic_analyse.analysis import describe
 
 SAMPLES = Path(__file__).resolve().parents[3] / "examples" / "models"
 
@@ -23,8 +24,13 @@ def _analyse(root: Path, name: str, max_tags: int = 20) -> dict[str, Any]:
     (root / "acme" / "models").mkdir(parents=True, exist_ok=True)
     model_id = name.rsplit(".", 1)[0]
     shutil.copy(SAMPLES / name, root / "acme" / "models" / name)
-    services = {"storage": StorageMap.local(root), "limits": Limits(cpu_seconds=30, wall_seconds=60)}
-    ctx = Context("run-1", "semantic-analysis", 1, "f1", "acme", "semantic.analyse@4", "k", {}, services)
+    services = {
+        "storage": StorageMap.local(root),
+        "limits": Limits(cpu_seconds=30, wall_seconds=60),
+    }
+    ctx = Context(
+        "run-1", "semantic-analysis", 1, "f1", "acme", "semantic.analyse@4", "k", {}, services
+    )
     return handle({"modelId": model_id, "maxTags": max_tags}, ctx)
 
 
@@ -60,7 +66,9 @@ def test_analysis_is_deterministic_and_bounded(tmp_path: Path) -> None:
 
 _measures = st.fixed_dictionaries(
     {
-        "extents": st.lists(st.floats(0, 1e6), min_size=3, max_size=3).map(lambda e: sorted(e, reverse=True)),
+        "extents": st.lists(st.floats(0, 1e6), min_size=3, max_size=3).map(
+            lambda e: sorted(e, reverse=True)
+        ),
         "mirror": st.lists(st.floats(0, 1), min_size=3, max_size=3),
         "closed": st.booleans(),
         "components": st.one_of(st.none(), st.integers(1, 50)),
@@ -76,8 +84,6 @@ _measures = st.fixed_dictionaries(
 
 @given(_measures, st.integers(1, 50))
 def test_describe_always_fits_the_result_contract(measures: dict[str, Any], max_tags: int) -> None:
-    import re
-
     got = describe(measures, max_tags)
     assert len(got["tags"]) <= max_tags and len(got["descriptors"]) <= 32
     assert all(re.fullmatch(r"[a-z0-9][a-z0-9 -]{0,39}", t["label"]) for t in got["tags"])
@@ -90,7 +96,8 @@ def test_describe_always_fits_the_result_contract(measures: dict[str, Any], max_
 @pytest.mark.parametrize("extents", [[10.0, 1.0, 1.0], [10.0, 10.0, 1.0]])
 def test_shape_tags_follow_extents(extents: list[float]) -> None:
     base = {"mirror": [0, 0, 0], "closed": True, "components": 1, "solidity": 0.8,
-            "sphericity": 0.5, "genus": 0, "thickness": 5.0, "size": 10.0, "faces": 100}  # fmt: skip
+            "sphericity": 0.5, "genus": 0, "thickness": 5.0, "size": 10.0,
+            "faces": 100}  # fmt: skip
     labels = {t["label"] for t in describe({**base, "extents": extents}, 20)["tags"]}
     assert ("elongated" in labels) == (extents[0] / extents[1] >= 2.5)
     assert ("flat" in labels) == (extents[1] / extents[2] >= 3)

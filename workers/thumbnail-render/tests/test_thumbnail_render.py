@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from accord_worker_thumbnail_render import handle
 from PIL import Image
 
 from accord.errors import StageFailed
 from accord.worker.sandbox import Limits
 from accord.worker.sdk import Context
 from accord.worker.storage import StorageMap
-from accord_worker_thumbnail_render import handle
 
 SAMPLES = Path(__file__).resolve().parents[3] / "examples" / "models"
 LIMITS = Limits(cpu_seconds=30, wall_seconds=60)
@@ -23,7 +23,9 @@ LIMITS = Limits(cpu_seconds=30, wall_seconds=60)
 
 def _ctx(root: Path) -> Context:
     services = {"storage": StorageMap.local(root), "limits": LIMITS}
-    return Context("run-1", "render-thumbnail", 1, "f1", "acme", "thumbnail.render@3", "k1", {}, services)
+    return Context(
+        "run-1", "render-thumbnail", 1, "f1", "acme", "thumbnail.render@3", "k1", {}, services
+    )
 
 
 def _stage(root: Path, name: str) -> None:
@@ -44,7 +46,10 @@ def test_gallery_preview_with_turntable(tmp_path: Path) -> None:
     data = _check_stored(tmp_path, preview["objectKey"], preview["digest"])
     assert preview["sizeBytes"] == len(data) and preview["contentType"] == "image/png"
     image = Image.open(io.BytesIO(data))
-    assert image.format == "PNG" and image.size == (320, 320) == (preview["width"], preview["height"])
+    assert image.format == "PNG" and image.size == (320, 320) == (
+        preview["width"],
+        preview["height"],
+    )
     pixels = np.asarray(image.convert("RGB"), dtype=float)
     model = pixels[(pixels < 245).any(axis=2)]  # not background
     assert len(model) > 0.03 * 320 * 320  # the model fills a real part of the frame

@@ -34,71 +34,39 @@ belongs in a child process or lock renewal stops and the job stalls.
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from bullmq import Queue, Worker  # type: ignore[import-untyped]
-from bullmq.custom_errors import DelayedError, UnrecoverableError  # type: ignore[import-untyped]
+from bullmq import Queue  # type: ignore[import-untyped]
+from bullmq.custom_errors import UnrecoverableError  # type: ignore[import-untyped]
 from redis import asyncio as aioredis
 from redis.exceptions import RedisError
 
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
+from accord.adapters.transports._bullmq_consume import (
+    LAPSED,
+    NACKED,
+    JobStream,
+    Lease,
+    Nack,
+    job_body,
+    job_data,
+    job_id_for,
+    message_id_of,
+    nack_delay,
+)
 from accord.engine.ports import Clock, Delivery
 from accord.errors import TransportError
 
 __all__ = ["BullmqTransport", "job_id_for", "message_id_of"]
 
 NACK_BACKOFF = "accord-nack"
-LAPSED = "accord: lease lapsed"
-NACKED = "accord: nacked"
 DEAD_AT = "accordDeadAt"  # job hash field: when the transport dead-lettered it (clock ms)
 _LAPSE_MARKS = (LAPSED, "job stalled more than allowable limit")
 _OWN_OPTS = frozenset({"prefix", "stalled_ms"})
-
-
-def job_id_for(message_id: str) -> str:
-    """The BullMQ job id of a message id: injective, no ``:``, never integer-like."""
-    return "m-" + message_id.replace("%", "%25").replace(":", "%3A")
-
-
-def message_id_of(job_id: str) -> str:
-    return job_id[2:].replace("%3A", ":").replace("%25", "%")
-
-
-def _data(message_id: str, body: bytes) -> dict[str, str]:
-    try:
-        return {"message_id": message_id, "body": body.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"message_id": message_id, "body_b64": base64.b64encode(body).decode("ascii")}
-
-
-def _body(data: Mapping[str, Any]) -> bytes:
-    if "body_b64" in data:
-        return base64.b64decode(data["body_b64"])
-    return str(data.get("body", "")).encode("utf-8")
-
-
-class _Nack(Exception):
-    def __init__(self, delay_ms: int) -> None:
-        super().__init__(f"{NACKED} (retry in {delay_ms} ms)")
-        self.delay_ms = delay_ms
-
-
-def _nack_delay(attempts: int, kind: str, err: BaseException, job: Any) -> int:
-    return err.delay_ms if isinstance(err, _Nack) else 0
-
-
-class _Lease:
-    __slots__ = ("done", "job", "token")
-
-    def __init__(self, job: Any, token: str) -> None:
-        self.job, self.token = job, token
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
 
 class BullmqTransport:
@@ -119,8 +87,8 @@ class BullmqTransport:
         self.clock: Clock = clock or SystemClock()
         self.redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
         self._queues: dict[str, Any] = {}
-        self._leases: dict[str, _Lease] = {}  # receipt -> lease, for deliveries not yet settled
-        self._streams: set[_Stream] = set()
+        self._leases: dict[str, Lease] = {}  # receipt -> lease, for deliveries not yet settled
+        self._streams: set[JobStream] = set()
         self._closed = False
 
     @classmethod
@@ -148,7 +116,7 @@ class BullmqTransport:
             opts = {
                 "connection": self.redis,
                 "prefix": self.prefix,
-                "settings": {"backoffStrategy": _nack_delay},
+                "settings": {"backoffStrategy": nack_delay},
             }
             self._queues[name] = Queue(name, opts)
         return self._queues[name]
@@ -170,7 +138,7 @@ class BullmqTransport:
             "removeOnFail": False,
         }
         try:
-            await self.queue(queue).add("accord", _data(message_id, bytes(body)), opts)
+            await self.queue(queue).add("accord", job_data(message_id, bytes(body)), opts)
         except (RedisError, OSError) as exc:
             raise TransportError(f"publish to {queue!r} failed: {exc}", retryable=True) from exc
 
@@ -178,7 +146,7 @@ class BullmqTransport:
         if prefetch < 1:
             raise ValueError(f"consume({queue!r}): prefetch must be >= 1, got {prefetch}")
         self._check_open()
-        stream = _Stream(self, queue, prefetch)
+        stream = JobStream(self, queue, prefetch)
         self._streams.add(stream)
         return stream
 
@@ -197,13 +165,13 @@ class BullmqTransport:
             await self._stamp_death(delivery.queue, lease.job.id)
             await self._settle(lease, lease.job.moveToFailed(why, lease.token, False))
         else:
-            await self._settle(lease, lease.job.moveToFailed(_Nack(max(delay_ms, 0)), lease.token))
+            await self._settle(lease, lease.job.moveToFailed(Nack(max(delay_ms, 0)), lease.token))
 
     async def _stamp_death(self, queue: str, job_id: str) -> None:
         """Record when (on this transport's clock) the job was dead-lettered, beside the job."""
         await self.redis.hset(self.queue(queue).toKey(job_id), DEAD_AT, self.clock.now_ms())
 
-    async def _settle(self, lease: _Lease, step: Any) -> None:
+    async def _settle(self, lease: Lease, step: Any) -> None:
         try:
             await step
         except (RedisError, OSError) as exc:
@@ -237,7 +205,7 @@ class BullmqTransport:
             out.append(
                 {
                     "message_id": data.get("message_id", message_id_of(job.id)),
-                    "body": _body(data),
+                    "body": job_body(data),
                     "delivery_count": job.attemptsStarted - (1 if lapsed else 0),
                     "reason": reason,
                     "dead_at_ms": int(stamp or job.finishedOn or 0),
@@ -249,91 +217,3 @@ class BullmqTransport:
         self._closed = True
         await asyncio.gather(*(s.aclose() for s in list(self._streams)))
         await self.redis.aclose()
-
-
-class _Stream:
-    """One BullMQ worker feeding an iterator; ``aclose`` stops it (see the module docstring)."""
-
-    def __init__(self, transport: BullmqTransport, queue: str, prefetch: int) -> None:
-        self._t, self._queue, self._prefetch = transport, queue, prefetch
-        self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        self._worker: Any = None
-        self._running: asyncio.Future[Any] | None = None
-        self._starting: asyncio.Future[None] | None = None
-        self._closed = False
-
-    def __aiter__(self) -> _Stream:
-        return self
-
-    async def _start(self) -> None:
-        t = self._t
-        opts = {
-            "connection": t.redis_url,
-            "prefix": t.prefix,
-            "autorun": False,
-            "concurrency": self._prefetch,
-            "lockDuration": t.options.visibility_ms,
-            "stalledInterval": t.stalled_ms,
-            "maxStalledCount": t.options.limit(self._queue),
-            "settings": {"backoffStrategy": _nack_delay},
-        }
-        worker = Worker(self._queue, self._process, opts)
-        # Knowing the server version lets the worker block for fractions of a second.
-        await worker.blockingRedisConnection.getRedisVersion()
-        await worker.redisConnection.getRedisVersion()
-        if self._closed:  # closed while starting
-            await worker.close(force=True)
-            return
-        self._worker = worker
-        self._running = asyncio.ensure_future(worker.run())
-
-    async def _process(self, job: Any, token: str) -> None:
-        limit = self._t.options.limit(self._queue)
-        count = int(job.attemptsStarted or 1)
-        if count > limit:
-            await self._t._stamp_death(self._queue, job.id)
-            raise UnrecoverableError(f"{LAPSED} on delivery {limit} of {limit}")
-        queue = self._t.queue(self._queue)
-        job.queue, job.backend = queue, queue.backend  # settle on the transport's own connection
-        lease = _Lease(job, token)
-        self._t._leases[token] = lease
-        data = job.data if isinstance(job.data, dict) else {}
-        message_id = data.get("message_id", message_id_of(job.id))
-        self._inbox.put_nowait(Delivery(self._queue, message_id, _body(data), count, token))
-        await lease.done
-        raise DelayedError()  # settled by ack/nack already: the worker must not touch the job
-
-    async def __anext__(self) -> Delivery:
-        if self._starting is None and not self._closed:  # one worker, however many callers
-            self._starting = asyncio.ensure_future(self._start())
-        if self._starting is not None and not self._starting.done():
-            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
-        if self._starting is not None and self._starting.done():
-            failed = self._starting.cancelled() or self._starting.exception() is not None
-            if failed and not (self._closed or self._t._closed):
-                self._starting = None  # the next call tries again
-                raise TransportError(f"cannot consume {self._queue!r}", retryable=True)
-        if self._closed:
-            raise StopAsyncIteration
-        delivery = await self._inbox.get()
-        if delivery is None:
-            raise StopAsyncIteration
-        return delivery
-
-    async def aclose(self) -> None:
-        """Stop consuming. Deliveries handed out stay leased until settled or lapsed; the locks
-        of those not handed out lapse, and the jobs return to the queue."""
-        if self._closed:
-            return
-        self._closed = True
-        self._t._streams.discard(self)
-        while not self._inbox.empty():
-            pending = self._inbox.get_nowait()
-            if pending is not None:
-                self._t._leases.pop(pending.receipt, None)
-        self._inbox.put_nowait(None)
-        if self._starting is not None:
-            with contextlib.suppress(Exception):
-                await self._starting  # a start in progress sees _closed and closes its worker
-        if self._worker is not None:
-            await self._worker.close(force=True)

@@ -38,8 +38,6 @@ Rules:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -47,30 +45,25 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
-from aio_pika.exceptions import AMQPError, ChannelInvalidStateError, DeliveryError, PublishError
+from aio_pika.exceptions import AMQPError, DeliveryError, PublishError
 
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
+from accord.adapters.transports._rabbitmq_consume import (
+    CARRIED,
+    ConsumerStream,
+    read_dead_letters,
+    settle,
+)
 from accord.engine.ports import Clock, Delivery
 from accord.errors import TransportError
 
 __all__ = ["DEAD_EXCHANGE", "RabbitmqTransport"]
 
 DEAD_EXCHANGE = "accord.dead"
-CARRIED = "x-accord-deliveries"
 _QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms"})
 _DELAY_IDLE_MS = 60_000
 RECONNECT_S = 1.0  # pause between reconnection attempts of the robust connection
-_receipts = itertools.count(1)
-
-
-def _header_int(message: AbstractIncomingMessage, name: str) -> int:
-    value = (message.headers or {}).get(name)
-    return int(value) if isinstance(value, int | str) and str(value).isdigit() else 0
-
-
-def delivery_count(message: AbstractIncomingMessage) -> int:
-    return 1 + _header_int(message, "x-delivery-count") + _header_int(message, CARRIED)
 
 
 class RabbitmqTransport:
@@ -94,7 +87,7 @@ class RabbitmqTransport:
         self._publisher: aio_pika.abc.AbstractChannel | None = None
         self.declared: set[str] = set()  # broker queue names this transport has declared
         self._held: dict[str, AbstractIncomingMessage] = {}  # receipt -> unsettled message
-        self._streams: set[_Stream] = set()
+        self._streams: set[ConsumerStream] = set()
         self._lingering: list[aio_pika.abc.AbstractChannel] = []  # closed streams' channels
         self._lock = asyncio.Lock()
         self._closed = False
@@ -233,14 +226,14 @@ class RabbitmqTransport:
         if prefetch < 1:
             raise ValueError(f"consume({queue!r}): prefetch must be >= 1, got {prefetch}")
         self._check_open()
-        stream = _Stream(self, queue, prefetch)
+        stream = ConsumerStream(self, queue, prefetch)
         self._streams.add(stream)
         return stream
 
     async def ack(self, delivery: Delivery) -> None:
         message = self._held.pop(delivery.receipt, None)
         if message is not None:
-            await _settle(message.ack())
+            await settle(message.ack())
 
     async def nack(self, delivery: Delivery, delay_ms: int = 0) -> None:
         message = self._held.pop(delivery.receipt, None)
@@ -255,9 +248,9 @@ class RabbitmqTransport:
             await self._send(
                 delivery.queue, delivery.message_id, delivery.body, carried, delay_ms=delay_ms
             )
-            await _settle(message.ack())
+            await settle(message.ack())
         else:
-            await _settle(message.nack(requeue=True))
+            await settle(message.nack(requeue=True))
 
     async def dead_letter(
         self, queue: str, message: AbstractIncomingMessage, count: int, reason: str
@@ -271,7 +264,7 @@ class RabbitmqTransport:
         await self._send(
             queue, message.message_id or "", message.body, headers, exchange=DEAD_EXCHANGE
         )
-        await _settle(message.ack())
+        await settle(message.ack())
 
     async def dead_letters(self, queue: str) -> list[Delivery]:
         return [
@@ -284,15 +277,7 @@ class RabbitmqTransport:
         channel and closing it unacknowledged, so all of them stay there."""
         name = await self.declare(queue)
         assert self.connection is not None
-        channel = await self.connection.channel()
-        try:
-            dlq = await channel.get_queue(f"{name}.dead", ensure=False)
-            out = []
-            while (message := await dlq.get(no_ack=False, fail=False)) is not None:
-                out.append(_details(message, self.options.limit(queue)))
-        finally:
-            await channel.close()  # unacked: everything returns to the dead-letter queue
-        return out
+        return await read_dead_letters(self.connection, f"{name}.dead", self.options.limit(queue))
 
     async def close(self) -> None:
         self._closed = True
@@ -300,111 +285,3 @@ class RabbitmqTransport:
         self._held.clear()
         if self.connection is not None:
             await self.connection.close()  # unsettled deliveries return to their queues
-
-
-def _details(message: AbstractIncomingMessage, limit: int) -> dict[str, Any]:
-    headers = message.headers or {}
-    deaths: Any = headers.get("x-death") or [{}]
-    reason = str(headers.get("x-accord-reason") or "")
-    dead_at, count = _header_int(message, "x-accord-dead-at"), _header_int(message, CARRIED)
-    if not reason:  # dead-lettered by the broker: consumers crashed before they could settle
-        reason = f"lease lapsed past the delivery limit ({deaths[0].get('reason', 'unknown')})"
-        stamp = deaths[0].get("time")
-        dead_at = int(stamp.timestamp() * 1000) if stamp is not None else 0
-        count = limit
-    return {
-        "message_id": message.message_id or "",
-        "body": message.body,
-        "delivery_count": count,
-        "reason": reason,
-        "dead_at_ms": dead_at,
-    }
-
-
-async def _settle(step: Any) -> None:
-    # the channel that held it is gone, so the broker has requeued it: superseded
-    with contextlib.suppress(ChannelInvalidStateError, AMQPError, OSError):
-        await step
-
-
-class _Stream:
-    """A consumer on its own channel, bounded by ``basic.qos(prefetch)``."""
-
-    def __init__(self, transport: RabbitmqTransport, queue: str, prefetch: int) -> None:
-        self._t, self._queue, self._prefetch = transport, queue, prefetch
-        self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        self._channel: aio_pika.abc.AbstractChannel | None = None
-        self._consumer: aio_pika.abc.AbstractQueue | None = None
-        self._tag: str | None = None
-        self._starting: asyncio.Future[None] | None = None
-        self._closed = False
-
-    def __aiter__(self) -> _Stream:
-        return self
-
-    async def _start(self) -> None:
-        t = self._t
-        name = await t.declare(self._queue)
-        assert t.connection is not None
-        channel = await t.connection.channel()
-        await channel.set_qos(prefetch_count=self._prefetch)
-        # declared on this channel, so the robust channel re-declares and resubscribes it
-        queue = await channel.declare_queue(name, durable=True, arguments=t.arguments(self._queue))
-        self._tag = await queue.consume(self._on_message, no_ack=False)
-        self._channel, self._consumer = channel, queue
-        if self._closed:
-            await channel.close()
-
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        t, count = self._t, delivery_count(message)
-        limit = t.options.limit(self._queue)
-        if count > limit:
-            why = f"lease lapsed on delivery {limit} of {limit}"
-            await t.dead_letter(self._queue, message, limit, why)
-            return
-        receipt = f"{next(_receipts)}"
-        t._held[receipt] = message
-        self._inbox.put_nowait(
-            Delivery(self._queue, message.message_id or "", message.body, count, receipt)
-        )
-
-    async def __anext__(self) -> Delivery:
-        if self._starting is None and not self._closed:
-            self._starting = asyncio.ensure_future(self._start())
-        if self._starting is not None and not self._starting.done():
-            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
-        if self._starting is not None and self._starting.done():
-            failed = self._starting.cancelled() or self._starting.exception() is not None
-            if failed and not (self._closed or self._t._closed):
-                self._starting = None  # the next call tries again
-                raise TransportError(f"cannot consume {self._queue!r}", retryable=True)
-        if self._closed:
-            raise StopAsyncIteration
-        delivery = await self._inbox.get()
-        if delivery is None:
-            raise StopAsyncIteration
-        return delivery
-
-    async def aclose(self) -> None:
-        """Stop consuming. Deliveries not handed out go back to the queue; those handed out stay
-        leased (their channel stays open) until settled or the transport closes."""
-        if self._closed:
-            return
-        self._closed = True
-        self._t._streams.discard(self)
-        buffered = []
-        while not self._inbox.empty():
-            pending = self._inbox.get_nowait()
-            if pending is not None:
-                buffered.append(self._t._held.pop(pending.receipt))
-        self._inbox.put_nowait(None)
-        if self._starting is not None:
-            with contextlib.suppress(Exception):
-                await self._starting  # let a start in progress finish: its channel is closed below
-        if self._channel is None:
-            return
-        if self._tag is not None and self._consumer is not None:
-            await _settle(self._consumer.cancel(self._tag))
-        for message in buffered:
-            await _settle(message.nack(requeue=True))
-        self._t._lingering.append(self._channel)

@@ -14,8 +14,8 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
+from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
+from scipy.sparse.csgraph import connected_components  # type: ignore[import-untyped]
 
 from accord.worker.meshes import load_model
 from accord.worker.sandbox import Limits, failure

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import trimesh
-from scipy.spatial import cKDTree
+from scipy.spatial import cKDTree  # type: ignore[import-untyped]
 
 from accord.worker.meshes import load_model
 from accord.worker.sandbox import Limits, failure
@@ -40,7 +40,9 @@ def _strided(n: int, k: int) -> np.ndarray:
 
 def _principal(mesh: trimesh.Trimesh) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     centres, weights = np.asarray(mesh.triangles_center), np.asarray(mesh.area_faces)
-    weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(weights), 1 / len(weights))
+    weights = (
+        weights / weights.sum() if weights.sum() > 0 else np.full(len(weights), 1 / len(weights))
+    )
     mean = weights @ centres
     cov = (centres - mean).T @ ((centres - mean) * weights[:, None])
     _, vectors = np.linalg.eigh(cov)
@@ -91,7 +93,9 @@ def analyse(path: str, name: str, limits: Limits) -> dict[str, Any]:
         "closed": closed,
         "components": components,
         "solidity": volume / hull if volume and hull else None,
-        "sphericity": (np.pi ** (1 / 3)) * (6 * volume) ** (2 / 3) / float(mesh.area) if volume else None,
+        "sphericity": (np.pi ** (1 / 3)) * (6 * volume) ** (2 / 3) / float(mesh.area)
+        if volume
+        else None,
         "genus": (components - euler // 2) if closed and components else None,
         "thickness": _thickness(mesh) if closed else None,
         "size": float(np.linalg.norm(mesh.extents)),
@@ -109,16 +113,32 @@ def describe(m: dict[str, Any], max_tags: int) -> dict[str, Any]:
 
     elongation, flatness = e1 / e2, e2 / e3
     if elongation >= 2.5:
-        tag("elongated", 0.5 + elongation / 10, f"longest/middle principal extent {elongation:.2f} ≥ 2.5")
+        tag(
+            "elongated",
+            0.5 + elongation / 10,
+            f"longest/middle principal extent {elongation:.2f} ≥ 2.5",
+        )
     if flatness >= 3.0:
         tag("flat", 0.5 + flatness / 12, f"middle/shortest principal extent {flatness:.2f} ≥ 3")
     if elongation < 1.3 and flatness < 1.3:
-        tag("compact", 1.3 - max(elongation, flatness) + 0.7, f"principal extents within 30 % ({e1:.3g}, {e2:.3g}, {e3:.3g})")
+        tag(
+            "compact",
+            1.3 - max(elongation, flatness) + 0.7,
+            f"principal extents within 30 % ({e1:.3g}, {e2:.3g}, {e3:.3g})",
+        )
     best = max(range(3), key=lambda i: m["mirror"][i])
     if m["mirror"][best] >= 0.8:
-        tag("mirror-symmetric", m["mirror"][best], f"mirror score {m['mirror'][best]:.2f} ≥ 0.8 about principal plane {best + 1}")
+        tag(
+            "mirror-symmetric",
+            m["mirror"][best],
+            f"mirror score {m['mirror'][best]:.2f} ≥ 0.8 about principal plane {best + 1}",
+        )
     if sum(s >= 0.8 for s in m["mirror"]) == 3:
-        tag("highly-symmetric", min(m["mirror"]), "mirror scores ≥ 0.8 about all three principal planes")
+        tag(
+            "highly-symmetric",
+            min(m["mirror"]),
+            "mirror scores ≥ 0.8 about all three principal planes",
+        )
     if m["solidity"] is not None and m["solidity"] >= 0.95:
         tag("convex", m["solidity"], f"volume / convex-hull volume {m['solidity']:.3f} ≥ 0.95")
     elif m["solidity"] is not None and m["solidity"] < 0.6:
@@ -126,14 +146,26 @@ def describe(m: dict[str, Any], max_tags: int) -> dict[str, Any]:
     if m["sphericity"] is not None and m["sphericity"] >= 0.9:
         tag("sphere-like", m["sphericity"], f"sphericity {m['sphericity']:.3f} ≥ 0.9")
     if m["genus"]:
-        tag("has-through-holes", 0.95, f"genus {m['genus']} from Euler characteristic of a closed surface")
+        tag(
+            "has-through-holes",
+            0.95,
+            f"genus {m['genus']} from Euler characteristic of a closed surface",
+        )
     if m["components"] and m["components"] > 1:
         tag("multi-part", 0.95, f"{m['components']} separate connected parts")
     if not m["closed"]:
-        tag("open-surface", 0.9, "not watertight or inconsistently wound: volume-based measures skipped")
+        tag(
+            "open-surface",
+            0.9,
+            "not watertight or inconsistently wound: volume-based measures skipped",
+        )
     thin = m["thickness"]
     if thin is not None and (thin < 1.0 or thin < 0.01 * m["size"]):
-        tag("thin-walls", 0.7, f"10th-percentile wall thickness {thin:.3g} units < 1 or < 1 % of size")
+        tag(
+            "thin-walls",
+            0.7,
+            f"10th-percentile wall thickness {thin:.3g} units < 1 or < 1 % of size",
+        )
     tags.sort(key=lambda t: (-t[1], t[0]))
     kept = tags[:max_tags]
     facts = [f"principal extents {e1:.4g} × {e2:.4g} × {e3:.4g}", f"{m['faces']} faces"]

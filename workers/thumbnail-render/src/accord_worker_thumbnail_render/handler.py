@@ -44,7 +44,8 @@ def handle(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     ctx.raise_if_cancelled()
     ctx.progress(5, "rendering")
     started = time.perf_counter()
-    drawn = run_limited(_RENDER, (str(path), key, limits, preview_type, views, edge), limits)
+    options = {"previewType": preview_type, "views": views, "maxEdge": edge}
+    drawn = run_limited(_RENDER, (str(path), key, limits, options), limits)
     render_ms = int((time.perf_counter() - started) * 1000)
     ctx.raise_if_cancelled()
     ctx.progress(90, "storing")

@@ -23,7 +23,7 @@ import numpy as np
 import trimesh
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # type: ignore[import-untyped]
 
 from accord.worker.meshes import load_model
 from accord.worker.sandbox import Limits, failure
@@ -43,7 +43,13 @@ def _eye(elev: float, azim: float) -> np.ndarray:
 
 
 def render_png(
-    triangles: np.ndarray, normals: np.ndarray, edge: int, azim: float, inspection: bool, units: str
+    triangles: np.ndarray,
+    normals: np.ndarray,
+    *,
+    edge: int,
+    azim: float,
+    inspection: bool,
+    units: str,
 ) -> bytes:
     """One ``edge``×``edge`` PNG of ``triangles`` (n×3×3) seen from azimuth ``azim``."""
     eye = _eye(_ELEVATION, azim)
@@ -56,7 +62,9 @@ def render_png(
     fig = Figure(figsize=(edge / 100, edge / 100), dpi=100, facecolor="white")
     FigureCanvasAgg(fig)
     ax: Any = fig.add_axes((0.0, 0.0, 1.0, 1.0), projection="3d")
-    ax.set_proj_type("ortho" if inspection else "persp", **({} if inspection else {"focal_length": 1.6}))
+    ax.set_proj_type(
+        "ortho" if inspection else "persp", **({} if inspection else {"focal_length": 1.6})
+    )
     low, high = triangles.reshape(-1, 3).min(axis=0), triangles.reshape(-1, 3).max(axis=0)
     centre, half = (low + high) / 2, max(float((high - low).max()) / 2, 1e-9)
     for setter, c in zip((ax.set_xlim, ax.set_ylim, ax.set_zlim), centre, strict=True):
@@ -76,21 +84,36 @@ def render_png(
     return out.getvalue()
 
 
-def render(
-    path: str, name: str, limits: Limits, preview_type: str, views: int, max_edge: int
-) -> dict[str, Any]:
-    """Parse and render: ``{"preview": bytes, "views": [(angle, bytes), …], "faces": n}``."""
+def render(path: str, name: str, limits: Limits, options: dict[str, Any]) -> dict[str, Any]:
+    """Parse and render: ``{"preview": bytes, "views": [(angle, bytes), …], "faces": n}``.
+
+    ``options``: ``previewType`` (gallery | inspection), ``views`` (turntable count, 0 for
+    none) and ``maxEdge`` (pixels).
+    """
+    preview_type, views, max_edge = options["previewType"], options["views"], options["maxEdge"]
     model = load_model(path, name, limits)
     mesh = model.mesh
     if len(mesh.faces) == 0:
         raise failure("malformed-model", "the model has no faces to render")
     triangles, normals = _drawable(mesh)
     inspection = preview_type == "inspection"
-    preview = render_png(triangles, normals, max_edge, _AZIMUTH, inspection, model.units)
+    preview = render_png(
+        triangles, normals, edge=max_edge, azim=_AZIMUTH, inspection=inspection, units=model.units
+    )
     step = 360.0 / views if views else 0.0
     view_edge = min(max_edge, VIEW_EDGE)
     turntable = [
-        (i * step, render_png(triangles, normals, view_edge, _AZIMUTH + i * step, False, model.units))
+        (
+            i * step,
+            render_png(
+                triangles,
+                normals,
+                edge=view_edge,
+                azim=_AZIMUTH + i * step,
+                inspection=False,
+                units=model.units,
+            ),
+        )
         for i in range(views)
     ]
     return {"preview": preview, "views": turntable, "faces": len(triangles), "edge": max_edge}
@@ -102,7 +125,7 @@ def _drawable(mesh: trimesh.Trimesh) -> tuple[np.ndarray, np.ndarray]:
     normals = np.nan_to_num(np.asarray(mesh.face_normals))
     if len(mesh.faces) < FACE_BUDGET // 8:
         diagonal = float(np.linalg.norm(mesh.extents)) or 1.0
-        vertices, faces, index = trimesh.remesh.subdivide_to_size(
+        vertices, faces, index = trimesh.remesh.subdivide_to_size(  # type: ignore[no-untyped-call]
             mesh.vertices, mesh.faces, max_edge=diagonal / 16, max_iter=5, return_index=True
         )
         if len(faces) <= FACE_BUDGET:
