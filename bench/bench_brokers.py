@@ -7,7 +7,7 @@ publisher confirms), in the same run:
   receives → settled (BullMQ-py ``Queue.add`` → ``Worker`` processor → completed; aio-pika confirmed
   persistent publish to a durable quorum queue → consumer → ack; ``bare_classic``: the same on a
   classic durable queue). The floor to report against (measured before: ~1.7 ms BullMQ-py,
-  ~1.2 ms RabbitMQ durable).
+  ~1.2 ms RabbitMQ durable). ``bare.throughput``: the bare client with 32 messages in flight.
 - ``<broker>.transport.p50_ms`` / ``p99_ms``: the same through Accord's transport: ``publish`` →
   ``anext(consume(...))`` → ``ack``, one message at a time.
 - ``<broker>.throughput``: ``publish`` of N messages (32 in flight), then ``consume`` (prefetch 32)
@@ -104,7 +104,7 @@ async def _delays(transport: Transport, delays: tuple[int, ...]) -> list[float]:
     return late
 
 
-async def _bare_bullmq(prefix: str, n: int) -> dict[str, float]:
+async def _bare_bullmq(prefix: str, n: int, bulk: int) -> dict[str, float]:
     from bullmq import Queue, Worker  # type: ignore[import-untyped]
 
     arrived: dict[str, asyncio.Future[None]] = {}
@@ -117,9 +117,9 @@ async def _bare_bullmq(prefix: str, n: int) -> dict[str, float]:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    connection = "redis://127.0.0.1:6379/15"
-    queue = Queue("bare", {"connection": connection, "prefix": prefix})
-    worker = Worker("bare", processor, {"connection": connection, "prefix": prefix})
+    opts = {"connection": "redis://127.0.0.1:6379/15", "prefix": prefix}
+    queue = Queue("bare", opts)
+    worker = Worker("bare", processor, opts)  # concurrency 1 for the one-at-a-time round trip
     worker.on("completed", completed)
 
     async def one(i: int) -> None:
@@ -128,19 +128,32 @@ async def _bare_bullmq(prefix: str, n: int) -> dict[str, float]:
         await arrived[f"j{i}"]
 
     try:
-        return await _timed(n, one)
+        figures: dict[str, float] = await _timed(n, one)
+        await worker.close(force=True)
+        worker = Worker("bare", processor, opts | {"concurrency": IN_FLIGHT})
+        worker.on("completed", completed)
+        started = time.perf_counter()
+        for first in range(0, bulk, IN_FLIGHT):
+            await asyncio.gather(
+                *(one(-100 - i) for i in range(first, min(first + IN_FLIGHT, bulk)))
+            )
+        figures["throughput"] = round(bulk / (time.perf_counter() - started))
+        return figures
     finally:
-        await worker.close()
+        await worker.close(force=True)
         await queue.close()
 
 
-async def _bare_rabbitmq(name: str, n: int, kind: str) -> dict[str, float]:
+async def _bare_rabbitmq(name: str, n: int, kind: str, bulk: int) -> dict[str, float]:
     connection = await aio_pika.connect(AMQP)
     async with connection:
         channel = await connection.channel(publisher_confirms=True)
-        queue = await channel.declare_queue(name, durable=True, arguments={"x-queue-type": kind})
+        await channel.declare_queue(name, durable=True, arguments={"x-queue-type": kind})
         inbox: asyncio.Queue[aio_pika.abc.AbstractIncomingMessage] = asyncio.Queue()
-        tag = await queue.consume(inbox.put, no_ack=False)
+        consuming = await connection.channel()  # as the transport does: its own channel
+        await consuming.set_qos(prefetch_count=IN_FLIGHT)
+        source = await consuming.get_queue(name)
+        tag = await source.consume(inbox.put, no_ack=False)
 
         async def one(i: int) -> None:
             message = aio_pika.Message(b"{}", delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
@@ -148,9 +161,15 @@ async def _bare_rabbitmq(name: str, n: int, kind: str) -> dict[str, float]:
             await (await inbox.get()).ack()
 
         try:
-            return await _timed(n, one)
+            figures: dict[str, float] = await _timed(n, one)
+            started = time.perf_counter()
+            for first in range(0, bulk, IN_FLIGHT):
+                await asyncio.gather(*(one(i) for i in range(first, min(first + IN_FLIGHT, bulk))))
+            figures["throughput"] = round(bulk / (time.perf_counter() - started))
+            return figures
         finally:
-            await queue.cancel(tag)
+            await source.cancel(tag)
+            await consuming.close()
             await channel.queue_delete(name)
 
 
@@ -159,7 +178,7 @@ async def _bullmq(smoke: bool) -> dict[str, Any]:
     n, bulk = (100, 300) if smoke else (2000, 5000)
     transport = open_transport(f"bullmq://127.0.0.1:6379/{REDIS_DB}?prefix={prefix}")
     try:
-        return {"bare": await _bare_bullmq(prefix, n)} | await _through_transport(
+        return {"bare": await _bare_bullmq(prefix, n, bulk)} | await _through_transport(
             transport, n, bulk
         )
     finally:
@@ -176,8 +195,8 @@ async def _rabbitmq(smoke: bool) -> dict[str, Any]:
     transport: Any = open_transport(f"{AMQP}?prefix={prefix}")
     try:
         bare = {
-            "bare": await _bare_rabbitmq(f"{prefix}bare", n, "quorum"),
-            "bare_classic": await _bare_rabbitmq(f"{prefix}bare-classic", n, "classic"),
+            "bare": await _bare_rabbitmq(f"{prefix}bare", n, "quorum", bulk),
+            "bare_classic": await _bare_rabbitmq(f"{prefix}bare-classic", n, "classic", bulk),
         }
         return bare | await _through_transport(transport, n, bulk)
     finally:

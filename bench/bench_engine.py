@@ -12,6 +12,8 @@ run is 9 transitions (start, 4 × accepted + succeeded). Backends: ``memory`` an
 - ``single_run_p50_ms``: one run at a time, start to terminal;
 - ``cpu_ms_per_run``: process CPU (engine and worker share the process) over the throughput
   phase, per run; ``rss_mib``: resident set size after the phase;
+- ``direct``: the shell alone, one run at a time driven through ``deliver`` with hand-off off,
+  so each transition is exactly one commit (no queue traffic);
 - ``raw_sqlite_tx_per_s``: a bare loop of one write transaction per transition (a run-record
   upsert plus a history insert, same file settings): the ceiling to report against.
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from accord.adapters.clock import SystemClock
+from accord.engine.events import StageAccepted, StageSucceeded
 from accord.engine.orchestrator import Delivered, Engine
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import run_noop_worker
@@ -176,6 +179,33 @@ async def _measure(backend: str, n: int, singles: int, workdir: Path) -> dict[st
         await engine.stop()
 
 
+async def _direct(url: str, n: int) -> dict[str, float]:
+    """Commit-per-transition speed of the shell alone: runs driven by calling ``deliver``
+    (accepted, succeeded for each stage) with hand-off switched off, so every transition is
+    exactly one store commit: the figure to set against the raw SQLite loop."""
+    engine = Engine.from_urls(url, url, SystemClock(), dispatch=False)
+    await engine.register_plan(PLAN)
+    try:
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        for i in range(n):
+            rid = await engine.start_run(PLAN.name, {"modelId": f"d{i}"})
+            for stage in ("render", "analyse", "metadata", "publish"):
+                run = engine.runs.get(rid)
+                assert run is not None
+                cur = run[1].stages[stage]
+                ident = {"run_id": rid, "stage": stage, "attempt": cur.attempt, "fence": cur.fence}
+                await engine.deliver(StageAccepted(**ident))
+                await engine.deliver(StageSucceeded(**ident))
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        return {
+            "transitions_per_s": round(engine.transitions / elapsed, 1),
+            "us_per_transition": round(elapsed * 1e6 / engine.transitions, 1),
+            "cpu_us_per_transition": round(cpu * 1e6 / engine.transitions, 1),
+        }
+    finally:
+        await engine.stop()
+
+
 def _raw_sqlite(path: Path, transactions: int) -> float:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -207,9 +237,14 @@ def run(smoke: bool) -> dict[str, Any]:
             workdir = Path(tmp) / backend
             workdir.mkdir()
             out[backend] = asyncio.run(_measure(backend, n, singles, workdir))
+            url = "memory://" if backend == "memory" else f"sqlite:///{workdir / 'direct.db'}"
+            out[backend]["direct"] = asyncio.run(_direct(url, n))
         out["raw_sqlite_tx_per_s"] = round(_raw_sqlite(Path(tmp) / "raw.db", n * 9), 1)
     out["sqlite_vs_raw_ratio"] = round(
         out["sqlite"]["transitions_per_s"] / out["raw_sqlite_tx_per_s"], 3
+    )
+    out["sqlite_direct_vs_raw_ratio"] = round(
+        out["sqlite"]["direct"]["transitions_per_s"] / out["raw_sqlite_tx_per_s"], 3
     )
     return out
 

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from accord.adapters import open_transport
 from accord.adapters.transports.bullmq import BullmqTransport, job_id_for, message_id_of
+from accord.errors import TransportError
 from accord.testing.clock import FakeClock
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -248,3 +249,11 @@ async def test_callers_sharing_a_stream_share_one_worker(
     for delivery in got:
         await transport.ack(delivery)
     await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def test_an_unreachable_redis_is_a_retryable_error() -> None:
+    transport = open_transport("bullmq://127.0.0.1:1/0")
+    with pytest.raises(TransportError) as failed:
+        await transport.publish("q", "m1", b"x")
+    assert failed.value.retryable
+    await transport.close()

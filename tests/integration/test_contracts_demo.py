@@ -47,6 +47,6 @@ def test_demo_stops_with_exit_1_on_a_bad_source(
     shutil.copytree(REPO / "schemas" / "contracts", tmp_path / "schemas" / "contracts")
     (tmp_path / "schemas" / "contracts" / "broken.yaml").write_text("kind: message\nname: B\n")
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(app, ["demo"])
+    result = CliRunner().invoke(app, ["demo", "--contracts-only"])
     assert result.exit_code == 1
     assert not (tmp_path / "schemas" / "published").exists()

@@ -15,6 +15,7 @@ digest is not the run's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,6 @@ from accord.engine.events import (
     StageFailed,
     StageSucceeded,
     TimerFired,
-    event_to_json,
 )
 from accord.engine.flow import route
 from accord.engine.state import HistoryEntry, RunState, StageState, evolve
@@ -99,11 +99,28 @@ def apply(plan: Plan, run: RunState | None, event: Event) -> Transition:
     return _commit(d, event)
 
 
+_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
+def _event_json(event: Event) -> dict[str, Any]:
+    """``event_to_json`` with the field list looked up once per event class (hot path)."""
+    doc = {name: getattr(event, name) for name in _field_names(type(event))}
+    doc["kind"] = event.kind
+    return doc
+
+
 def _commit(d: Draft, event: Event) -> Transition:
     entry = HistoryEntry(
         seq=d.seq,
         at_ms=event.at_ms,
-        event=event_to_json(event),
+        event=_event_json(event),
         accepted=True,
         note="; ".join(d.notes),
     )
@@ -125,7 +142,7 @@ def _refuse(run: RunState, event: Event, refusal: outcomes.Refusal) -> Transitio
     entry = HistoryEntry(
         seq=seq,
         at_ms=event.at_ms,
-        event=event_to_json(event),
+        event=_event_json(event),
         accepted=False,
         reason=reason,
         note=note,

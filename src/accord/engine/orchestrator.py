@@ -79,9 +79,14 @@ Observer = Callable[[Delivered], None]  # told of every committed transition, in
 
 class _Entropy:
     """Fresh random hex for each event, from ``os.urandom`` read in 4 KiB slices: the same
-    source as :mod:`secrets`, one system call per 256 events instead of one per event."""
+    source as :mod:`secrets`, one system call per 256 events instead of one per event. A forked
+    child starts with an empty pool, so parent and child never draw the same bytes."""
 
     def __init__(self) -> None:
+        self._pool, self._at = b"", 0
+        os.register_at_fork(after_in_child=self.reset)
+
+    def reset(self) -> None:
         self._pool, self._at = b"", 0
 
     def draw(self) -> str:
@@ -89,6 +94,9 @@ class _Entropy:
             self._pool, self._at = os.urandom(4096), 0
         self._at += 16
         return self._pool[self._at - 16 : self._at].hex()
+
+
+_ENTROPY = _Entropy()
 
 
 class Engine:
@@ -123,7 +131,6 @@ class Engine:
         self._dispatch = dispatch  # False: leave the outbox to the engine processes' sweep
         self.plans = PlanBook(store)
         self.runs = RunCache(cache_size)
-        self._entropy = _Entropy()
         self.executor = ActionExecutor(self.registry, self.deliver, self._action_done)
         self.dispatcher = Dispatcher(
             store, transport, clock, self.executor, sink, owner=self.owner,
@@ -214,7 +221,7 @@ class Engine:
         return replace(
             event,
             at_ms=event.at_ms or self.clock.now_ms(),
-            entropy=event.entropy or self._entropy.draw(),
+            entropy=event.entropy or _ENTROPY.draw(),
         )
 
     async def deliver(self, event: Event) -> Delivered:

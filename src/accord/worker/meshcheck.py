@@ -152,7 +152,11 @@ def _json(data: bytes) -> dict[str, object]:
 
 
 def _external_refs(doc: dict[str, object], base: Path, limits: Limits) -> None:
-    """Every buffer/image URI is embedded data or a file beside the model, never outside it."""
+    """Every buffer/image URI is embedded data or a file beside the model, never outside it;
+    Draco-compressed geometry is refused (the parser would return placeholder zeros)."""
+    used = doc.get("extensionsUsed")
+    if isinstance(used, list) and "KHR_draco_mesh_compression" in used:
+        raise failure("unsupported-format", "Draco-compressed glTF geometry is not supported")
     total = 0
     top = base.resolve()
     for group in ("buffers", "images"):

@@ -32,7 +32,7 @@ from accord.workflow.expressions import compile_expression
 from accord.workflow.graph import Graph, guaranteed
 from accord.workflow.plan import Binding, CapabilityPin, InputValue
 
-__all__ = ["ContractCatalogLike", "Resolved", "check_types"]
+__all__ = ["Resolved", "check_types"]
 
 
 @dataclass(slots=True)

@@ -26,10 +26,11 @@ from typing import Any
 
 from accord.errors import Diagnostic, PlanError
 from accord.workflow.admission import check_planned
+from accord.workflow.catalog import ContractCatalogLike
 from accord.workflow.check_budget import check_budget
 from accord.workflow.check_graph import check_graph
 from accord.workflow.check_schema import check_schema
-from accord.workflow.check_types import ContractCatalogLike, Resolved, check_types
+from accord.workflow.check_types import Resolved, check_types
 from accord.workflow.dsl import (
     DecisionDef,
     Definition,
@@ -53,7 +54,7 @@ from accord.workflow.plan import (
     TaskStage,
 )
 
-__all__ = ["CompileResult", "compile_definition", "compile_workflow"]
+__all__ = ["CompileResult", "ContractCatalogLike", "compile_definition", "compile_workflow"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,3 +138,10 @@ def test_I1_drained_runs_reach_exactly_one_terminal_state() -> None:
         inv.assert_i1_terminal(run)
         assert run.status == "completed", name
         inv.assert_i12_replay(sim.plan, sim.history, run)
+
+
+def test_history_events_are_exactly_event_to_json() -> None:
+    from accord.engine.events import event_from_json, event_to_json
+
+    for entry in _busy_run().history:
+        assert event_to_json(event_from_json(entry.event)) == entry.event

@@ -177,7 +177,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     st.dictionaries(
         st.sampled_from(

@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 from accord_worker_metadata_extract import handle
 
+from accord.contracts.dsl import load_file
+from accord.contracts.validate import validate
 from accord.errors import StageFailed
 from accord.worker.sandbox import Limits
 from accord.worker.sdk import Context
@@ -76,6 +78,22 @@ def test_an_open_mesh_has_no_volume_and_says_why(tmp_path: Path) -> None:
     assert got["faceCount"] == 2 and not got["watertight"]
 
 
+def test_a_point_cloud_has_counts_and_bounds_but_no_surface(tmp_path: Path) -> None:
+    got = _extract(tmp_path, "cloud.obj", b"v 0 0 0\nv 2 0 0\nv 0 3 0\nv 0 0 -1\n")
+    assert (got["vertexCount"], got["faceCount"], got["components"]) == (4, 0, 0)
+    assert got["extents"] == {"x": 2.0, "y": 3.0, "z": 1.0} and got["surfaceArea"] == 0.0
+    assert got["volume"] is None and not got["watertight"]
+
+
+@pytest.mark.parametrize("name", [p.name for p in sorted(SAMPLES.iterdir()) if p.suffix != ".py"])
+def test_sample_results_satisfy_technical_metadata_v1(tmp_path: Path, name: str) -> None:
+    contract = load_file(
+        SAMPLES.parents[1] / "schemas" / "contracts" / "technical-metadata.v1.yaml"
+    )
+    checked = validate(contract, _extract(tmp_path, name))
+    assert checked.ok, checked.violations
+
+
 def _binary_stl(triangles: np.ndarray, declared: int | None = None) -> bytes:
     count = len(triangles) if declared is None else declared
     body = b"".join(struct.pack("<12fH", 0, 0, 0, *t.reshape(-1), 0) for t in triangles)
@@ -114,6 +132,11 @@ HOSTILE: list[tuple[str, bytes, str]] = [
         "malformed-model",
     ),
     ("model.xyz", b"1 2 3\n", "unsupported-format"),
+    (
+        "draco.gltf",
+        b'{"asset":{"version":"2.0"},"extensionsUsed":["KHR_draco_mesh_compression"]}',
+        "unsupported-format",
+    ),
 ]
 
 

@@ -8,11 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trimesh
 from accord_worker_semantic_analyse import handle
 from accord_worker_semantic_analyse.analysis import describe
 from hypothesis import given
 from hypothesis import strategies as st
 
+from accord.contracts.dsl import load_file
+from accord.contracts.validate import validate
 from accord.worker.sandbox import Limits
 from accord.worker.sdk import Context
 from accord.worker.storage import StorageMap
@@ -55,6 +58,28 @@ def test_two_part_bracket_is_multi_part_and_elongated(tmp_path: Path) -> None:
     got = _analyse(tmp_path, "bracket.glb")
     assert {"multi-part", "elongated"} <= _labels(got)
     assert "convex" not in _labels(got)
+
+
+@pytest.mark.parametrize("name", ["torus.obj", "bracket.glb", "cube.3mf"])
+def test_results_satisfy_semantic_analysis_v1(tmp_path: Path, name: str) -> None:
+    contract = load_file(SAMPLES.parents[1] / "schemas" / "contracts" / "semantic-analysis.v1.yaml")
+    checked = validate(contract, _analyse(tmp_path, name))
+    assert checked.ok, checked.violations
+
+
+@pytest.mark.parametrize(("height", "thin"), [(0.4, True), (20.0, False)])
+def test_thin_walls_are_found_by_inward_rays(tmp_path: Path, height: float, thin: bool) -> None:
+    (tmp_path / "acme" / "models").mkdir(parents=True)
+    trimesh.creation.box(extents=(40.0, 40.0, height)).export(tmp_path / "acme/models/sheet.stl")
+    services = {"storage": StorageMap.local(tmp_path), "limits": Limits(cpu_seconds=30)}
+    ctx = Context(
+        "run", "semantic-analysis", 1, "f", "acme", "semantic.analyse@4", "k", {}, services
+    )
+    got = handle({"modelId": "sheet"}, ctx)
+    assert ("thin-walls" in _labels(got)) is thin
+    if thin:
+        (reason,) = [d for d in got["descriptors"] if d.startswith("thin-walls")]
+        assert "thickness 0.4 " in reason
 
 
 def test_analysis_is_deterministic_and_bounded(tmp_path: Path) -> None:

@@ -25,10 +25,11 @@ default ``bull``) and ``stalled_ms`` (how often a consumer looks for stalled job
   runtime decides that from the engine's acceptance record; ``delivery_count > 1`` is its cue to
   look before starting work.
 
-Limits of the Python port, handled here: its worker sleeps whole seconds between delayed jobs until
-it knows the server's version (we ask before starting, so delays are precise to a few ms); its
-rate limiter stalls workers (no limiter is used); handlers run in the event loop, so CPU-heavy work
-belongs in a child process or lock renewal stops and the job stalls.
+Limits of the Python port, handled here: its worker blocks in whole seconds between delayed jobs
+until it knows the server's version (asked before the worker starts, so a delayed job is late only
+by Redis's timer resolution, about 100 ms at the default ``hz 10``); its rate limiter stalls
+workers (none is used); handlers run in the event loop, so CPU-heavy work belongs in a child
+process, or lock renewal stops and the job stalls.
 """
 
 from __future__ import annotations

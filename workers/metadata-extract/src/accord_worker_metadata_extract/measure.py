@@ -56,7 +56,9 @@ def measure(path: str, name: str, limits: Limits, compute_volume: bool) -> dict[
         reason = "inconsistent-winding"
     else:
         volume = abs(float(mesh.volume))
-    low, high = np.asarray(mesh.bounds)
+    # a point cloud or polyline has vertices but no faces: its bounds are its points'
+    points = np.asarray(mesh.vertices[np.unique(faces)] if has_faces else mesh.vertices)
+    low, high = points.min(axis=0), points.max(axis=0)
     area = float(mesh.area) if has_faces else 0.0
     numbers = [*low, *high, area, volume or 0.0]
     if not all(math.isfinite(float(v)) for v in numbers):

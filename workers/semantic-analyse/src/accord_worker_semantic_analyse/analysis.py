@@ -72,7 +72,7 @@ def _thickness(mesh: trimesh.Trimesh) -> float | None:
     hits, rays, _ = mesh.ray.intersects_location(origins, -normals, multiple_hits=False)
     if len(rays) == 0:
         return None
-    distance = np.linalg.norm(hits - origins[rays], axis=1)
+    distance = np.linalg.norm(hits - origins[rays], axis=1) + eps  # rays start eps inside
     return float(np.percentile(distance, 10))
 
 

@@ -9,6 +9,8 @@ two-sided, so models with inverted or inconsistent winding still read as solid s
 - ``inspection``: orthographic, face edges drawn, axes with ticks in the model's units.
 - turntable views: the gallery look, camera azimuth stepped around the model.
 
+glTF/GLB models are turned from their specified Y-up frame to the camera's Z-up one.
+
 Very dense meshes are drawn from their largest faces (at most ``FACE_BUDGET``, chosen
 deterministically): smaller ones are below a pixel at thumbnail sizes. Output is deterministic
 (no timestamps or version strings in the PNG), so identical input gives identical digests.
@@ -96,6 +98,8 @@ def render(path: str, name: str, limits: Limits, options: dict[str, Any]) -> dic
     if len(mesh.faces) == 0:
         raise failure("malformed-model", "the model has no faces to render")
     triangles, normals = _drawable(mesh)
+    if model.fmt in ("gltf", "glb"):  # glTF is Y-up by specification; the camera is Z-up
+        triangles, normals = _y_up(triangles), _y_up(normals)
     inspection = preview_type == "inspection"
     preview = render_png(
         triangles, normals, edge=max_edge, azim=_AZIMUTH, inspection=inspection, units=model.units
@@ -117,6 +121,11 @@ def render(path: str, name: str, limits: Limits, options: dict[str, Any]) -> dic
         for i in range(views)
     ]
     return {"preview": preview, "views": turntable, "faces": len(triangles), "edge": max_edge}
+
+
+def _y_up(values: np.ndarray) -> np.ndarray:
+    """(x, y, z) in a Y-up frame → (x, −z, y) in the Z-up frame the camera uses."""
+    return np.stack([values[..., 0], -values[..., 2], values[..., 1]], axis=-1)
 
 
 def _drawable(mesh: trimesh.Trimesh) -> tuple[np.ndarray, np.ndarray]:

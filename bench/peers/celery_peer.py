@@ -1,0 +1,132 @@
+"""Celery 5 on the reference workload: ``chain(A, chord([B, C], D))``, Redis broker and backend.
+
+Runs inside the Celery peer's own virtual environment. The worker is a separate ``celery worker``
+process (prefork, concurrency = task slots) started here in its own process group and killed with
+it; the broker and result backend are the shared Redis on 127.0.0.1:6379, database 13, flushed
+before use. Tasks carry their timestamps in their results (A's into B and C, both into D), so the
+client gets every hop of a run with the chord's result.
+
+Memory and CPU are the worker's process tree (Redis serves other users too, so its CPU is given
+apart as ``broker_cpu_ms_per_run``, read from ``INFO cpu``).
+
+Run: ``python -m bench.peers.celery_peer [--smoke]``; prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import redis
+from celery import Celery, chain, chord
+
+from bench.peers import workload as w
+
+URL = "redis://127.0.0.1:6379/13"
+QUEUE = "accord-bench-peer"
+app = Celery("bench_peer", broker=URL, backend=URL)
+app.conf.update(
+    task_default_queue=QUEUE,
+    result_expires=600,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+
+
+@app.task(name="A")
+def task_a() -> w.Stamps:
+    return {"A": w.stamp(time.time())}
+
+
+@app.task(name="B")
+def task_b(prev: w.Stamps) -> w.Stamps:
+    return prev | {"B": w.stamp(time.time())}
+
+
+@app.task(name="C")
+def task_c(prev: w.Stamps) -> w.Stamps:
+    return prev | {"C": w.stamp(time.time())}
+
+
+@app.task(name="D")
+def task_d(branches: list[w.Stamps]) -> w.Stamps:
+    started = time.time()
+    merged: w.Stamps = {}
+    for branch in branches:
+        merged |= branch
+    return merged | {"D": w.stamp(started)}
+
+
+def workflow() -> Any:
+    return chain(task_a.s(), chord([task_b.s(), task_c.s()], task_d.s()))
+
+
+def start_worker(slots: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "celery", "-A", "bench.peers.celery_peer:app", "worker",
+           "--pool", "prefork", "--concurrency", str(slots), "-Q", QUEUE, "--loglevel", "WARNING",
+           "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
+    worker = subprocess.Popen(cmd, start_new_session=True, stdout=sys.stderr)
+    workflow().apply_async().get(timeout=90)  # ready when one run has gone through
+    return worker
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    worker.wait()
+
+
+def throughput(worker: subprocess.Popen[bytes], n: int) -> dict[str, float]:
+    pids = w.process_tree(worker.pid)
+    cpu0, t0 = w.cpu_seconds(pids) + time.process_time(), time.perf_counter()
+    results = [workflow().apply_async() for _ in range(n)]
+    for result in results:
+        result.get(timeout=300)
+    elapsed = time.perf_counter() - t0
+    return w.throughput_figures(n, elapsed, w.cpu_seconds(pids) + time.process_time() - cpu0)
+
+
+def main(smoke: bool) -> None:
+    import celery
+
+    sizes, broker = w.sizes(smoke), redis.Redis.from_url(URL)
+    broker.flushdb()
+    figures: dict[str, Any] = {"version": celery.__version__, "throughput": {}, "scaling": {}}
+    worker = start_worker(w.TASK_SLOTS)
+    try:
+        used = broker.info("cpu")
+        broker0 = used["used_cpu_user"] + used["used_cpu_sys"]
+        for n in sizes["throughput"]:
+            figures["throughput"][str(n)] = throughput(worker, n)
+        used = broker.info("cpu")
+        runs = sum(sizes["throughput"])
+        broker_ms = (used["used_cpu_user"] + used["used_cpu_sys"] - broker0) * 1000 / runs
+        figures["broker_cpu_ms_per_run"] = round(broker_ms, 3)
+        e2e, stamps = [], []
+        for _ in range(sizes["latency"]):
+            began = time.perf_counter()
+            stamps.append(workflow().apply_async().get(timeout=60))
+            e2e.append((time.perf_counter() - began) * 1000)
+        figures["latency"] = w.latency_figures(e2e, stamps)
+        figures["rss_mib"] = w.peak_rss_mib(w.process_tree(worker.pid))
+    finally:
+        stop_worker(worker)
+    for slots in sizes["scaling"]:
+        worker = start_worker(slots)
+        try:
+            rate = throughput(worker, sizes["scaling_runs"])["runs_per_s"]
+            figures["scaling"][str(slots)] = rate
+        finally:
+            stop_worker(worker)
+    broker.flushdb()
+    w.emit(figures, {"hops_ms": [v for s in stamps for v in w.hops_ms(s).values()]})
+
+
+if __name__ == "__main__":
+    main(smoke="--smoke" in sys.argv)
