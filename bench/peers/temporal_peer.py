@@ -105,7 +105,7 @@ async def _throughput(client: Client, pids: list[int], n: int) -> dict[str, floa
 def _worker(client: Client, slots: int) -> Worker:
     return Worker(client, task_queue=QUEUE, workflows=[Ingest],
                   activities=[task_a, task_b, task_c, task_d],
-                  max_concurrent_activities=slots, **({"workflow_runner": __import__("temporalio.worker", fromlist=["x"]).UnsandboxedWorkflowRunner()} if os.environ.get("T_UNSBX") else {}))  # fmt: skip
+                  max_concurrent_activities=slots)  # fmt: skip
 
 
 async def _main(smoke: bool, server: subprocess.Popen[bytes], port: int) -> None:
@@ -119,23 +119,29 @@ async def _main(smoke: bool, server: subprocess.Popen[bytes], port: int) -> None
         "throughput": {},
         "scaling": {},
     }
+    budget, e2e, stamps = w.Budget(), [], []
     async with _worker(client, w.TASK_SLOTS):
         await _batch(client, 1)  # warm: namespace, task queue and workflow cache ready
-        for n in sizes["throughput"]:
-            figures["throughput"][str(n)] = await _throughput(client, pids, n)
-        e2e, stamps = [], []
-        for _ in range(sizes["latency"]):
-            began = time.perf_counter()
-            stamps.extend(await _batch(client, 1))
-            e2e.append((time.perf_counter() - began) * 1000)
-        figures["latency"] = w.latency_figures(e2e, stamps)
+        for i, n in enumerate(sizes["throughput"]):
+            if budget.allows(f"throughput.{n}", n):
+                figures["throughput"][str(n)] = await _throughput(client, pids, n)
+                budget.rate = figures["throughput"][str(n)]["runs_per_s"]
+            if i == 0:  # latency right after the first batch, so a slow peer still has it
+                figures["latency_planned"], end = sizes["latency"], budget.phase_end(0.4)
+                for _ in range(sizes["latency"]):
+                    if len(e2e) >= 10 and time.monotonic() > end:
+                        break
+                    began = time.perf_counter()
+                    stamps.extend(await _batch(client, 1))
+                    e2e.append((time.perf_counter() - began) * 1000)
     for slots in sizes["scaling"]:
-        async with _worker(client, slots):
-            await _batch(client, 1)
-            rate = await _throughput(client, pids, sizes["scaling_runs"])
-            figures["scaling"][str(slots)] = rate["runs_per_s"]
+        if budget.allows(f"scaling.{slots}", sizes["scaling_runs"]):
+            async with _worker(client, slots):
+                await _batch(client, 1)
+                rate = await _throughput(client, pids, sizes["scaling_runs"])
+                figures["scaling"][str(slots)] = rate["runs_per_s"]
     figures["rss_mib"] = w.peak_rss_mib(pids)
-    w.emit(figures, {"hops_ms": [v for s in stamps for v in w.hops_ms(s).values()]})
+    w.finish(figures, budget, e2e, stamps)
 
 
 def main(smoke: bool) -> None:
@@ -143,7 +149,7 @@ def main(smoke: bool) -> None:
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="accord-bench-temporal-") as tmp:
         cmd = [str(binary), "server", "start-dev", "--headless", "--ip", "127.0.0.1",
-               "--port", str(port), *([] if os.environ.get("TEMPORAL_MEM") else ["--db-filename", f"{tmp}/temporal.db"]),
+               "--port", str(port), "--db-filename", f"{tmp}/temporal.db",
                "--log-level", "error",
                # one task-queue partition: tasks never wait on forwarding between partitions
                "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",

@@ -10,6 +10,11 @@ result and no extra store is written. From them:
 - transitions per run: fixed by the shape, not by how a system counts its own steps — run start
   plus each of the four tasks started and completed (9), so transitions/s compare like for like.
 
+Every peer works within a wall-clock budget (``$BENCH_BUDGET_S``) so ``make bench`` stays
+bounded on a slow or loaded machine: a batch that its measured rate predicts would overrun is
+not started, and is listed under ``skipped`` with the prediction, never silently left out; the
+sequential latency phase stops early at the deadline and reports how many runs it took.
+
 This module is imported inside each peer's own virtual environment (the repository root on
 ``PYTHONPATH``), so it uses the standard library only.
 """
@@ -34,6 +39,31 @@ def sizes(smoke: bool) -> dict[str, Any]:
     if smoke:
         return {"throughput": [20], "latency": 10, "scaling": [], "scaling_runs": 0}
     return {"throughput": [200, 1000], "latency": 200, "scaling": [1, 2, 4], "scaling_runs": 100}
+
+
+class Budget:
+    """Wall-clock allowance for one peer's measurements."""
+
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + float(os.environ.get("BENCH_BUDGET_S", "600"))
+        self.skipped: list[str] = []
+        self.rate = 0.0  # runs/s last measured, to predict the next batch
+
+    def phase_end(self, share: float) -> float:
+        """A deadline for a phase allowed ``share`` of what is left."""
+        return time.monotonic() + share * max(self.left(), 0)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def allows(self, what: str, runs: int) -> bool:
+        if self.rate <= 0 or runs / self.rate <= self.left():
+            return True
+        self.skipped.append(
+            f"{what}: {runs} runs predicted {runs / self.rate:.0f} s at {self.rate:.1f} runs/s,"
+            f" {max(self.left(), 0):.0f} s of budget left"
+        )
+        return False
 
 
 def stamp(started: float) -> list[float]:
@@ -126,6 +156,15 @@ def peak_rss_mib(pids: list[int]) -> float:
         except OSError:
             continue
     return round(total / 1024, 1)
+
+
+def finish(figures: dict[str, Any], budget: Budget, e2e: list[float], runs: list[Stamps]) -> None:
+    """Add the latency figures and what the budget skipped, then emit."""
+    figures["latency"] = latency_figures(e2e, runs) | {"runs": len(e2e)}
+    if len(e2e) < figures.pop("latency_planned", len(e2e)):
+        budget.skipped.append(f"latency: stopped after {len(e2e)} runs at the phase deadline")
+    figures["skipped"] = "; ".join(budget.skipped) or "none"
+    emit(figures, {"hops_ms": [v for s in runs for v in hops_ms(s).values()]})
 
 
 def emit(figures: dict[str, Any], samples: dict[str, list[float]]) -> None:

@@ -8,7 +8,8 @@ ones:
   binary STL, 32 triangles); volume (40² − 20²)·5 = 6000.
 - ``icosphere.ply``        an icosphere of radius 10 (2 subdivisions, binary PLY).
 - ``torus.obj``            a torus, major radius 20, minor radius 5 (OBJ).
-- ``bracket.glb``          two parts in one scene: a 30x10x4 block and a cylinder beside it (GLB).
+- ``bracket.glb``          two parts in one scene: a 30x10x4 mm block and a 3 mm-radius pin beside
+  it (GLB; in metres and Y-up, as glTF specifies).
 - ``cube.3mf``             a 10 mm cube in a 3MF package, whose unit is millimetre.
 """
 
@@ -52,9 +53,12 @@ def main() -> None:
         major_radius=20.0, minor_radius=5.0, major_sections=24, minor_sections=12
     )
     torus.export(HERE / "torus.obj", include_normals=False, include_texture=False)
-    block = trimesh.creation.box(extents=(30.0, 10.0, 4.0))
-    pin = trimesh.creation.cylinder(radius=3.0, height=12.0, sections=24)
-    pin.apply_translation((25.0, 0.0, 0.0))
+    block = trimesh.creation.box(extents=(0.030, 0.010, 0.004))
+    pin = trimesh.creation.cylinder(radius=0.003, height=0.012, sections=24)
+    pin.apply_translation((0.025, 0.0, 0.0))
+    z_up_to_y_up = trimesh.transformations.rotation_matrix(-np.pi / 2, (1.0, 0.0, 0.0))
+    for part in (block, pin):
+        part.apply_transform(z_up_to_y_up)
     scene = trimesh.Scene({"block": block, "pin": pin})
     (HERE / "bracket.glb").write_bytes(scene.export(file_type="glb"))
     trimesh.creation.box(extents=(10.0, 10.0, 10.0)).export(HERE / "cube.3mf")

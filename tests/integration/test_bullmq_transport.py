@@ -257,3 +257,19 @@ async def test_an_unreachable_redis_is_a_retryable_error() -> None:
         await transport.publish("q", "m1", b"x")
     assert failed.value.retryable
     await transport.close()
+
+
+async def test_a_delivery_can_be_acked_after_its_stream_closed(
+    opener: Callable[[], BullmqTransport],
+) -> None:
+    transport = opener()
+    await transport.publish("q", "m1", b"x")
+    stream = transport.consume("q")
+    (held,) = await contract.take(stream)
+    await stream.aclose()  # type: ignore[attr-defined]
+    await transport.ack(held)  # settled through the transport's own connection
+    async with contract.consumer(transport) as again:
+        with pytest.raises(TimeoutError):  # past the lock and a stalled check: not redelivered
+            async with asyncio.timeout(3):
+                await anext(again)
+    assert await transport.dead_letters("q") == []

@@ -225,3 +225,21 @@ async def test_delays_are_precise_to_well_under_a_second(opener: Opener) -> None
             assert late[-1] >= -5
             await transport.ack(got)
     assert max(late) < 500, f"delivered {late} ms after the delay"
+
+
+async def test_a_delivery_can_be_settled_after_its_stream_closed(opener: Opener) -> None:
+    transport = opener()
+    await transport.publish("q", "m1", b"x")
+    await transport.publish("q", "m2", b"y")
+    stream = transport.consume("q", prefetch=2)
+    (held,) = await contract.take(stream)
+    await stream.aclose()  # type: ignore[attr-defined]  # m2, buffered, goes back to the queue
+    async with contract.consumer(transport) as again:
+        (other,) = await contract.take(again)
+        assert other.message_id == "m2"
+        await transport.ack(other)
+        await transport.nack(held)  # still leased on the closed stream's channel: requeued
+        (back,) = await contract.take(again)
+        assert (back.message_id, back.delivery_count) == ("m1", 2)
+        await transport.ack(back)
+        assert await contract.nothing_within(again)

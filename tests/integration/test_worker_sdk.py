@@ -144,3 +144,36 @@ async def _one_job(url: str, tmp_path: Path) -> None:
     assert any(await store.live_capabilities(0))
     await transport.close()
     await store.close()
+
+
+async def test_cancelling_a_run_reaches_the_running_handler(
+    compiled: tuple[Plan, Catalog], tmp_path: Path
+) -> None:
+    plan, catalog = compiled
+    seed_models(tmp_path, ["m1"])
+    calls: list[str] = []
+    workers = fleet(plan, catalog, calls)
+    started, saw_cancel = asyncio.Event(), asyncio.Event()
+
+    async def slow_render(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        started.set()
+        for _ in range(1000):
+            if ctx.cancelled:
+                saw_cancel.set()
+                ctx.raise_if_cancelled()
+            await asyncio.sleep(0.01)
+        raise AssertionError("never cancelled")
+
+    render = Worker("slow-render")
+    render.bind("thumbnail.render@3", slow_render)
+    workers = [render, *(w for w in workers if "thumbnail.render@3" not in w.capabilities)]
+    url = f"sqlite:///{tmp_path / 'accord.db'}"
+    async with ingest_stack(url, plan, catalog, workers, state=tmp_path) as s:
+        run_id = await s.engine.start_run(plan.name, {"modelId": "m1"}, tenant="acme")
+        await asyncio.wait_for(started.wait(), 30)
+        await s.engine.cancel(run_id, reason="operator changed their mind")
+        await asyncio.wait_for(saw_cancel.wait(), 30)
+        await wait_terminal(s.engine, [run_id], 30)
+        run = await s.engine.load(run_id)
+        assert run is not None and run.status in ("cancelled", "failed")
+        assert run.stages["render-thumbnail"].status != "completed"

@@ -101,7 +101,11 @@ class CacheWriter:
         run = delivered.run
         if run is None:
             return
-        for stage, capability in self._stages.get(run.plan_digest, {}).items():
+        stages = self._stages.get(run.plan_digest, {})
+        if run.terminal:  # every completed stage was seen on an earlier commit: forget the run
+            self._done.difference_update((run.run_id, stage) for stage in stages)
+            return
+        for stage, capability in stages.items():
             st = run.stages.get(stage)
             if st is None or st.status != "completed" or st.result is None:
                 continue

@@ -76,6 +76,8 @@ async def run_demo(
                 if all(s is not None and s.terminal for s in states.values()):
                     break
                 await asyncio.sleep(0.1)
+        if view is not None:
+            console.print()
         await stack.platform.writer.drain()
     elapsed = time.perf_counter() - started
     rows = []

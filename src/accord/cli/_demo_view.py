@@ -122,6 +122,11 @@ def summarise(mr: ModelRun, run: RunState, state_dir: Path, objects: Path) -> di
     }
 
 
+def _short(path: str) -> str:
+    p, here = Path(path), Path.cwd()
+    return str(p.relative_to(here)) if p.is_relative_to(here) else path
+
+
 def summary_table(rows: Sequence[Mapping[str, Any]], title: str) -> Table:
     table = Table(title=title)
     for column in ("model", "status", "route", "stages (ms)", "format", "faces", "watertight",
@@ -139,6 +144,7 @@ def summary_table(rows: Sequence[Mapping[str, Any]], title: str) -> Table:
             row["modelId"], row["status"], route, stages, str(row["format"] or "-"),
             str(row["faces"] if row["faces"] is not None else "-"), str(row["watertight"]),
             f"{volume:.4g}" if isinstance(volume, int | float) else "-",
-            ", ".join(row["tags"]) or "-", row["thumbnails"][0] if row["thumbnails"] else "-",
+            ", ".join(row["tags"]) or "-",
+            _short(row["thumbnails"][0]) if row["thumbnails"] else "-",
         )  # fmt: skip
     return table

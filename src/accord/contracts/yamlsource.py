@@ -118,7 +118,7 @@ class _Converter:
 
 def compose(text: str, filename: str) -> tuple[Node | None, list[Diagnostic]]:
     """Compose exactly one YAML document; return its tree (``None`` if unusable) and findings."""
-    yaml = YAML(typ="safe", pure=True)
+    yaml = YAML(typ="safe", pure=False)  # libyaml (ruamel.yaml.clib): ~8x faster, same marks
     converter = _Converter(filename, yaml)
     try:
         documents = list(yaml.compose_all(text))

@@ -26,12 +26,13 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from accord.engine import machine
 from accord.engine.actions import ActionExecutor, ActionHandler, ActionRegistry
+from accord.engine.capabilities import Capabilities
 from accord.engine.checks import ResultHook, run_result_checks
 from accord.engine.dispatcher import Dispatcher, Sink
 from accord.engine.effects import Effect
@@ -50,10 +51,10 @@ from accord.engine.plans import PlanBook
 from accord.engine.ports import Clock, Store, Transport
 from accord.engine.reconciler import Reconciler, ReconcileReport
 from accord.engine.runcache import RunCache
+from accord.engine.stamping import stamp
 from accord.engine.state import HistoryEntry, RunState
 from accord.engine.timers import TimerService
 from accord.errors import ConflictError, Diagnostic, EngineError
-from accord.workflow.admission import admit
 from accord.workflow.plan import Plan
 
 __all__ = ["Delivered", "Engine", "Observer"]
@@ -75,28 +76,6 @@ class Delivered:
 
 
 Observer = Callable[[Delivered], None]  # told of every committed transition, in commit order
-
-
-class _Entropy:
-    """Fresh random hex for each event, from ``os.urandom`` read in 4 KiB slices: the same
-    source as :mod:`secrets`, one system call per 256 events instead of one per event. A forked
-    child starts with an empty pool, so parent and child never draw the same bytes."""
-
-    def __init__(self) -> None:
-        self._pool, self._at = b"", 0
-        os.register_at_fork(after_in_child=self.reset)
-
-    def reset(self) -> None:
-        self._pool, self._at = b"", 0
-
-    def draw(self) -> str:
-        if self._at + 16 > len(self._pool):
-            self._pool, self._at = os.urandom(4096), 0
-        self._at += 16
-        return self._pool[self._at - 16 : self._at].hex()
-
-
-_ENTROPY = _Entropy()
 
 
 class Engine:
@@ -131,6 +110,7 @@ class Engine:
         self._dispatch = dispatch  # False: leave the outbox to the engine processes' sweep
         self.plans = PlanBook(store)
         self.runs = RunCache(cache_size)
+        self.capabilities = Capabilities(store, clock, self.registry, self.owner)
         self.executor = ActionExecutor(self.registry, self.deliver, self._action_done)
         self.dispatcher = Dispatcher(
             store, transport, clock, self.executor, sink, owner=self.owner,
@@ -216,13 +196,7 @@ class Engine:
         return await self.deliver(RedriveRequested(run_id=run_id, stage=stage, by=by))
 
     def stamp(self, event: Event) -> Event:
-        if event.at_ms and event.entropy:
-            return event
-        return replace(
-            event,
-            at_ms=event.at_ms or self.clock.now_ms(),
-            entropy=event.entropy or _ENTROPY.draw(),
-        )
+        return stamp(event, self.clock.now_ms())
 
     async def deliver(self, event: Event) -> Delivered:
         """Load → apply → commit → hand off, for one event (see the module docstring)."""
@@ -313,18 +287,14 @@ class Engine:
     # -- capabilities ----------------------------------------------------------------------
 
     async def announce(self, worker_id: str, capabilities: Sequence[str], ttl_ms: int) -> None:
-        await self.store.announce(worker_id, list(capabilities), self.clock.now_ms() + ttl_ms)
+        await self.capabilities.announce(worker_id, capabilities, ttl_ms)
 
     async def live_capabilities(self) -> dict[str, list[str]]:
-        return await self.store.live_capabilities(self.clock.now_ms())
+        return await self.capabilities.live()
 
     async def admit(self, plan: Plan) -> list[Diagnostic]:
-        """The compiler's admission check against the capabilities live right now: workers'
-        announcements plus this process's registered actions. Empty means admitted."""
-        live = await self.live_capabilities()
-        for capability in self.registry.capabilities():
-            live.setdefault(capability, []).append(self.owner)
-        return admit(plan, live)
+        """The compiler's admission check against what is live now (workers and actions)."""
+        return await self.capabilities.admit(plan)
 
     # -- loops (see :mod:`accord.engine.lifecycle`) -----------------------------------------
 

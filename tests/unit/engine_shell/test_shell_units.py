@@ -204,17 +204,17 @@ def test_events_are_described_for_operators() -> None:
 def test_i3_event_entropy_is_fresh_and_never_shared_with_a_forked_child() -> None:
     import os
 
-    from accord.engine.orchestrator import _ENTROPY
+    from accord.engine.stamping import ENTROPY
 
-    draws = {_ENTROPY.draw() for _ in range(600)}  # crosses a pool refill
+    draws = {ENTROPY.draw() for _ in range(600)}  # crosses a pool refill
     assert len(draws) == 600 and all(len(d) == 32 for d in draws)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child draws from its own, fresh pool
-        os.write(write, _ENTROPY.draw().encode())
+        os.write(write, ENTROPY.draw().encode())
         os._exit(0)
     os.waitpid(pid, 0)
     child = os.read(read, 64).decode()
     os.close(read)
     os.close(write)
-    assert child != _ENTROPY.draw() and child not in draws
+    assert child != ENTROPY.draw() and child not in draws

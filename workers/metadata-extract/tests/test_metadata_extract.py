@@ -64,7 +64,9 @@ def test_icosphere_and_torus_volumes_approach_the_analytic_ones(tmp_path: Path) 
 def test_multi_part_glb_and_3mf_units(tmp_path: Path) -> None:
     bracket = _extract(tmp_path, "bracket.glb")
     assert bracket["components"] == 2 and bracket["units"] == "m" and bracket["format"] == "glb"
-    assert bracket["volume"] == pytest.approx(30 * 10 * 4 + math.pi * 9 * 12, rel=0.02)
+    mm3 = 1e-9  # glTF is in metres
+    assert bracket["volume"] == pytest.approx((30 * 10 * 4 + math.pi * 9 * 12) * mm3, rel=0.02)
+    assert bracket["extents"]["y"] == pytest.approx(0.012)  # Y-up: the pin's axis is y
     cube = _extract(tmp_path, "cube.3mf")
     assert cube["units"] == "mm" and cube["volume"] == pytest.approx(1000.0)
     assert _extract(tmp_path, "cube.3mf", computeVolume=False)["volumeUnavailableReason"] == (

@@ -79,7 +79,7 @@ def test_thin_walls_are_found_by_inward_rays(tmp_path: Path, height: float, thin
     assert ("thin-walls" in _labels(got)) is thin
     if thin:
         (reason,) = [d for d in got["descriptors"] if d.startswith("thin-walls")]
-        assert "thickness 0.4 " in reason
+        assert "thickness 0.4 units (taken as mm)" in reason
 
 
 def test_analysis_is_deterministic_and_bounded(tmp_path: Path) -> None:
@@ -103,6 +103,7 @@ _measures = st.fixed_dictionaries(
         "thickness": st.one_of(st.none(), st.floats(0, 100)),
         "size": st.floats(0, 1e6),
         "faces": st.integers(1, 10**6),
+        "units": st.sampled_from(["mm", "cm", "m", "in", "unknown"]),
     }
 )
 

@@ -118,6 +118,9 @@ class ConsumerStream:
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         t, count = self._t, delivery_count(message)
         limit = t.options.limit(self._queue)
+        if self._closed:  # arrived after the consumer was cancelled: nobody will take it
+            await settle(message.nack(requeue=True))
+            return
         if count > limit:
             why = f"lease lapsed on delivery {limit} of {limit}"
             await t.dead_letter(self._queue, message, limit, why)

@@ -11,7 +11,8 @@ and threshold that produced it, so a reader can check every claim:
 - sphericity = π^(1/3)·(6V)^(2/3) / A (1 for a sphere).
 - genus from the Euler characteristic of a closed orientable surface: g = C − χ/2.
 - wall thickness: rays cast inward from evenly strided faces; the 10th percentile of the
-  distance to the opposite wall, flagged under 1 unit (1 mm for printing) or 1 % of the size.
+  distance to the opposite wall, flagged under 1 mm (in the model's units; unknown taken as mm)
+  or under 1 % of the size.
 
 No randomness: samples are strided, ties broken by index.
 """
@@ -32,6 +33,7 @@ __all__ = ["analyse", "describe"]
 ANALYSER_VERSION = "geometry-1"
 _SAMPLES = 4000
 _RAYS = 256
+_ONE_MM = {"mm": 1.0, "cm": 0.1, "m": 0.001, "in": 1 / 25.4}  # 1 mm in each unit
 
 
 def _strided(n: int, k: int) -> np.ndarray:
@@ -78,7 +80,8 @@ def _thickness(mesh: trimesh.Trimesh) -> float | None:
 
 def analyse(path: str, name: str, limits: Limits) -> dict[str, Any]:
     """The measures of the model at ``path``, as plain numbers (``None`` where undefined)."""
-    mesh = load_model(path, name, limits).mesh
+    model = load_model(path, name, limits)
+    mesh = model.mesh
     if len(mesh.faces) == 0 or float(mesh.area) <= 0:
         raise failure("malformed-model", "the model has no surface to analyse")
     mean, axes, extents = _principal(mesh)
@@ -100,6 +103,7 @@ def analyse(path: str, name: str, limits: Limits) -> dict[str, Any]:
         "thickness": _thickness(mesh) if closed else None,
         "size": float(np.linalg.norm(mesh.extents)),
         "faces": len(mesh.faces),
+        "units": model.units,
     }
 
 
@@ -159,13 +163,12 @@ def describe(m: dict[str, Any], max_tags: int) -> dict[str, Any]:
             0.9,
             "not watertight or inconsistently wound: volume-based measures skipped",
         )
-    thin = m["thickness"]
-    if thin is not None and (thin < 1.0 or thin < 0.01 * m["size"]):
-        tag(
-            "thin-walls",
-            0.7,
-            f"10th-percentile wall thickness {thin:.3g} units < 1 or < 1 % of size",
-        )
+    thin, units = m["thickness"], m.get("units", "unknown")
+    limit = _ONE_MM.get(units, 1.0)  # unknown units: assume millimetres, as printers do
+    if thin is not None and (thin < limit or thin < 0.01 * m["size"]):
+        shown = units if units in _ONE_MM else "units (taken as mm)"
+        reason = f"10th-percentile wall thickness {thin:.3g} {shown} < 1 mm or 1 % of size"
+        tag("thin-walls", 0.7, reason)
     tags.sort(key=lambda t: (-t[1], t[0]))
     kept = tags[:max_tags]
     facts = [f"principal extents {e1:.4g} × {e2:.4g} × {e3:.4g}", f"{m['faces']} faces"]

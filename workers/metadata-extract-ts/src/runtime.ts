@@ -1,0 +1,151 @@
+/**
+ * The job loop on Node BullMQ: one `Worker` on the capability's queue, outcomes onto
+ * `accord.outcomes` through a BullMQ `Queue`, in the Python transport's job format.
+ *
+ * Serving one job: decode the envelope (a job with no readable envelope cannot be answered, so
+ * it is failed with `UnrecoverableError` into BullMQ's failed set, the transport's dead-letter
+ * queue); claim the acceptance record; publish `accepted`; heartbeat every `heartbeatMs` while
+ * the model is measured; publish `succeeded` (the result) or `failed` (`{code, message,
+ * retryable}`); return, so BullMQ completes the job. A request or envelope that breaks its
+ * contract is answered `failed`, never crashes the process.
+ *
+ * **Acceptance record.** BullMQ owns retries only until a job is accepted. Redis key
+ * `<prefix>:accord-acceptance:<job id>:<fence>` is claimed with `SET NX` before `accepted` is
+ * published, and overwritten with the final outcome once known. A redelivered job (a stalled
+ * lock, `attemptsStarted > 1`) that finds the key does not measure again: if it holds a final
+ * outcome, that outcome is re-sent with its original message id (a harmless duplicate if it had
+ * arrived); if it is still `accepted` (measured elsewhere now, or the process died mid-job), only
+ * `accepted` is re-announced and the engine's deadlines decide about a new attempt. A retry by
+ * the engine is a new attempt with a new fence, hence a new key, and runs normally.
+ */
+
+import { Queue, UnrecoverableError, Worker, type Job } from "bullmq";
+import IORedis from "ioredis";
+
+import type { WorkerConfig } from "./config";
+import { CAPABILITY, extract, REQUEST } from "./extract";
+import { failurePayload, WorkFailure } from "./failure";
+import { StorageMap } from "./paths";
+import { identityOf, jobBody, jobData, jobIdFor, outcome, type JobIdentity, type Outcome } from "./wire";
+
+const ACCEPTED = "accepted";
+
+export interface Served {
+  jobId: string;
+  /** fresh: measured now; resent: final outcome re-sent; reannounced: still in progress elsewhere */
+  mode: "fresh" | "resent" | "reannounced";
+}
+
+export class MetadataWorker {
+  readonly redis: IORedis;
+  private readonly outcomes: Queue;
+  private worker: Worker | undefined;
+  private readonly storage: StorageMap;
+  served = 0;
+
+  constructor(readonly config: WorkerConfig, private readonly log: (event: Record<string, unknown>) => void = () => {}) {
+    const t = config.transport;
+    this.redis = new IORedis({ host: t.host, port: t.port, db: t.db, maxRetriesPerRequest: null });
+    this.outcomes = new Queue(config.outcomes, { connection: this.redis, prefix: t.prefix });
+    this.storage = new StorageMap(config.storage);
+  }
+
+  async start(): Promise<void> {
+    const t = this.config.transport;
+    this.worker = new Worker(this.config.queue, (job) => this.serve(job), {
+      connection: { host: t.host, port: t.port, db: t.db, maxRetriesPerRequest: null },
+      prefix: t.prefix,
+      concurrency: this.config.concurrency,
+      lockDuration: t.visibilityMs,
+      stalledInterval: t.stalledMs,
+      maxStalledCount: t.maxDeliveries,
+      // the Python publisher names its nack backoff; a thrown error here retries after 1 s
+      settings: { backoffStrategy: () => 1000 },
+    });
+    this.worker.on("error", (error) => this.log({ event: "worker-error", message: String(error) }));
+    await this.worker.waitUntilReady();
+    await this.outcomes.waitUntilReady();
+  }
+
+  acceptanceKey(jobId: string, fence: string): string {
+    return `${this.config.transport.prefix}:accord-acceptance:${jobId}:${fence}`;
+  }
+
+  async publish(out: Outcome): Promise<void> {
+    const t = this.config.transport;
+    await this.outcomes.add("accord", jobData(out.messageId, out.body), {
+      jobId: jobIdFor(out.messageId),
+      attempts: t.maxDeliveries,
+      backoff: { type: "accord-nack" },
+      removeOnComplete: { age: Math.max(1, Math.ceil(t.dedupMs / 1000)) },
+      removeOnFail: false,
+    });
+  }
+
+  /** The BullMQ processor (public for tests): answers one job, then lets BullMQ complete it. */
+  async serve(job: Job): Promise<Served> {
+    const jobId = String(job.id);
+    const body = jobBody(job.data);
+    if (body === undefined) throw new UnrecoverableError("accord: the job carries no body");
+    let envelope: unknown;
+    try {
+      envelope = JSON.parse(body.toString("utf8"));
+    } catch (error) {
+      throw new UnrecoverableError(`accord: the job body is not JSON: ${(error as Error).message}`);
+    }
+    const id = identityOf(envelope);
+    if (typeof id === "string") throw new UnrecoverableError(`accord: ${id}`);
+    const key = this.acceptanceKey(jobId, id.fence);
+    const ttl = this.config.acceptanceTtlMs;
+    const claimed = await this.redis.set(key, ACCEPTED, "PX", ttl, "NX");
+    if (claimed !== "OK") return this.redelivered(jobId, key, id);
+    await this.publish(outcome(id, "accepted", {}, 0, { workerId: this.config.workerId }));
+    const final = await this.work(id, envelope as Record<string, unknown>);
+    await this.redis.set(key, JSON.stringify(final), "PX", ttl);
+    await this.publish(final);
+    this.served += 1;
+    return { jobId, mode: "fresh" };
+  }
+
+  private async redelivered(jobId: string, key: string, id: JobIdentity): Promise<Served> {
+    const prior = await this.redis.get(key);
+    if (prior !== null && prior !== ACCEPTED) {
+      await this.publish(JSON.parse(prior) as Outcome);
+      this.log({ event: "resent", jobId });
+      return { jobId, mode: "resent" };
+    }
+    await this.publish(outcome(id, "accepted", {}, 0, { workerId: this.config.workerId }));
+    this.log({ event: "reannounced", jobId });
+    return { jobId, mode: "reannounced" };
+  }
+
+  private async work(id: JobIdentity, envelope: Record<string, unknown>): Promise<Outcome> {
+    let beats = 0;
+    const timer = setInterval(() => {
+      beats += 1;
+      this.publish(outcome(id, "heartbeat", { at: Date.now() / 1000 }, beats)).catch((error) =>
+        this.log({ event: "heartbeat-failed", message: String(error) }),
+      );
+    }, this.config.heartbeatMs);
+    try {
+      if (envelope.messageType !== REQUEST.name || envelope.contractVersion !== REQUEST.version) {
+        const got = `${String(envelope.messageType)}@${String(envelope.contractVersion)}`;
+        throw new WorkFailure("unsupported-contract", `${CAPABILITY} takes ${REQUEST.name}@${REQUEST.version}, not ${got}`);
+      }
+      const result = await extract(envelope.payload, id.tenant, { storage: this.storage, inputBytes: this.config.inputBytes });
+      return outcome(id, "succeeded", result as unknown as Record<string, unknown>);
+    } catch (error) {
+      const failure = failurePayload(error);
+      this.log({ event: "failed", runId: id.runId, stage: id.stage, ...failure });
+      return outcome(id, "failed", { ...failure });
+    } finally {
+      clearInterval(timer);
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.worker?.close();
+    await this.outcomes.close();
+    this.redis.disconnect();
+  }
+}
