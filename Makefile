@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TS := bindings/typescript
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deps check fmt fmt-check lint typecheck imports pytest ts-test codegen codegen-check bench bench-smoke clean setup node
+.PHONY: demo test test-deps check fmt fmt-check lint typecheck imports pytest ts-test codegen codegen-check bench bench-smoke bench-services clean setup node
 
 $(STAMP): pyproject.toml $(wildcard workers/*/pyproject.toml)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,15 @@ $(TS)/node_modules/.installed: $(TS)/package.json $(TS)/package-lock.json
 	cd $(TS) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-node: $(TS)/node_modules/.installed
+# the TypeScript worker depends on the built bindings (file:../../bindings/typescript)
+TSW := workers/metadata-extract-ts
+$(TSW)/node_modules/.installed: $(TSW)/package.json $(TSW)/package-lock.json $(TS)/node_modules/.installed
+	cd $(TSW) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+node: $(TS)/node_modules/.installed $(TSW)/node_modules/.installed
+	cd $(TS) && npm run --silent build
+	cd $(TSW) && npm run --silent build
 
 demo: $(STAMP) node
 	$(BIN)/accord demo
@@ -64,11 +72,17 @@ pytest:
 
 ts-test: node
 	cd $(TS) && npm run --silent build && npm test --silent
+	cd $(TSW) && npm run --silent build && npm test --silent
 
-bench: $(STAMP) node
+# Redis and RabbitMQ on loopback for the store and transport benchmarks, started when not
+# answering; the peers' own virtual environments are made by bench/bench_peers.py (bench/.venvs/)
+bench-services: $(STAMP)
+	$(PY) -c "from tests.services import ensure_rabbitmq, ensure_redis; ensure_redis(); ensure_rabbitmq()"
+
+bench: $(STAMP) node bench-services
 	$(PY) -m bench
 
-bench-smoke: $(STAMP)
+bench-smoke: $(STAMP) bench-services
 	$(PY) -m bench --smoke
 
 clean:

@@ -3,7 +3,9 @@
 Each ``bench/bench_<name>.py`` module exposes ``run(smoke: bool) -> dict`` returning a flat or
 nested mapping of figures. Every benchmark is repeated (3 times by default; once in smoke mode)
 and numeric figures are summarised as median with min–max. Results go to ``bench/RESULTS.md``
-and ``bench/results.json`` (smoke runs write under ``bench/out/`` so committed results stay put).
+and ``bench/results.json`` (smoke runs write under ``bench/out/`` so committed results stay put),
+closing with the targets-and-ratios section of :mod:`bench.summary` and the plots of
+:mod:`bench.plots` beside them. The load average at start and end is recorded with the machine.
 A benchmark that fails is reported with its error, never silently dropped.
 """
 
@@ -21,6 +23,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+
+from bench import plots, summary
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,10 +48,11 @@ def _summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
         _flatten("", sample, row)
         flat.append(row)
     summary: dict[str, Any] = {}
-    for key in flat[0] if flat else []:
-        values = [row.get(key) for row in flat]
+    keys = list(dict.fromkeys(key for row in flat for key in row))  # a key may miss in a repeat
+    for key in keys:
+        values = [row[key] for row in flat if key in row]
         numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-        if len(numbers) == len(values):
+        if numbers and len(numbers) == len(values):
             summary[key] = {
                 "median": statistics.median(numbers),
                 "min": min(numbers),
@@ -65,13 +70,18 @@ def _machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "load_start": _load(),
     }
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"
-    return str(value)
+    return str(value).replace("|", "\\|").replace("\n", " ⏎ ")
 
 
 def _markdown(results: dict[str, Any]) -> str:
@@ -128,10 +138,18 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             results["benchmarks"][label] = {"error": f"{type(exc).__name__}: {exc}"}
         print(f"[bench] {label} done in {time.perf_counter() - began:.1f}s", flush=True)
+    results["machine"]["load_end"] = _load()
     out = HERE / "out" if args.smoke else HERE
     out.mkdir(exist_ok=True)
+    closing = summary.markdown(results)
+    try:
+        pictures = plots.write(results, out, HERE / "out" / "samples")
+        closing += "\nPlots: " + ", ".join(f"`{p.name}`" for p in pictures) + "\n"
+    except Exception as exc:  # the tables matter more than the pictures
+        traceback.print_exc()
+        closing += f"\nPlots not written: `{type(exc).__name__}: {exc}`\n"
     (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (out / "RESULTS.md").write_text(_markdown(results))
+    (out / "RESULTS.md").write_text(_markdown(results) + closing)
     print(f"[bench] wrote {out / 'RESULTS.md'}")
     return 1 if failed else 0
 

@@ -15,7 +15,7 @@ Per peer, in the figures:
   budget left out, and why.
 
 Raw per-hop samples go to ``bench/out/samples/<peer>.json`` for the plots. Each peer has a
-measuring budget (``BENCH_PEER_BUDGET_S``, default 45 s full / 30 s smoke) and a hard timeout.
+measuring budget (``BENCH_PEER_BUDGET_S``, default 35 s full / 30 s smoke) and a hard timeout.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SAMPLES = Path(__file__).resolve().parent / "out" / "samples"
 
 def run_peer(name: str, smoke: bool) -> dict[str, Any]:
     peer = next(p for p in PEERS if p.name == name)
-    budget = float(os.environ.get("BENCH_PEER_BUDGET_S", "30" if smoke else "45"))
+    budget = float(os.environ.get("BENCH_PEER_BUDGET_S", "30" if smoke else "35"))
     SAMPLES.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     try:

@@ -14,6 +14,7 @@ Run: ``python -m bench.peers.celery_peer [--smoke]``; prints one JSON line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -70,15 +71,17 @@ def start_worker(slots: int) -> subprocess.Popen[bytes]:
            "--pool", "prefork", "--concurrency", str(slots), "-Q", QUEUE, "--loglevel", "WARNING",
            "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
     worker = subprocess.Popen(cmd, start_new_session=True, stdout=sys.stderr)
-    workflow().apply_async().get(timeout=90)  # ready when one run has gone through
+    try:
+        workflow().apply_async().get(timeout=90)  # ready when one run has gone through
+    except BaseException:
+        stop_worker(worker)
+        raise
     return worker
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     worker.wait()
 
 

@@ -14,6 +14,7 @@ Run: ``python -m bench.peers.temporal_peer [--smoke]``; prints one JSON line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -158,10 +159,8 @@ def main(smoke: bool) -> None:
         try:
             asyncio.run(_main(smoke, server, port))
         finally:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             server.wait()
 
 

@@ -11,6 +11,7 @@ worker outlives it. Failures raise :class:`PeerFailed` carrying the tail of the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bench.peers.workload import process_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 VENVS = ROOT / "bench" / ".venvs"
@@ -62,7 +65,9 @@ def ensure(peer: Peer, timeout_s: float = 420) -> Path:
     home.parent.mkdir(parents=True, exist_ok=True)
     for step in steps:
         try:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(
+                step, check=False, capture_output=True, text=True, timeout=timeout_s
+            )
         except subprocess.TimeoutExpired as exc:
             raise PeerFailed(f"install timed out after {timeout_s:.0f} s: {step[-1]}") from exc
         log.write_text(done.stdout + done.stderr)
@@ -101,7 +106,11 @@ def measure(peer: Peer, python: Path, smoke: bool, budget_s: float, samples: Pat
 
 
 def _kill(proc: subprocess.Popen[str]) -> None:
-    try:
+    """Kill the peer and everything under it, including servers it started in their own
+    sessions (found through ``/proc`` while the peer still holds them as children)."""
+    alive = proc.returncode is None  # once reaped, its pid may belong to someone else
+    for pid in reversed(process_tree(proc.pid) if alive else []):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

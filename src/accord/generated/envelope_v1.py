@@ -32,9 +32,10 @@ class EnvelopeV1(ContractModel):
     attempt: Annotated[
         StrictInt | None, Field(ge=1, json_schema_extra={'x-accord-not-null': True})
     ] = None
-    branch: Annotated[
-        StrictStr | None, Field(json_schema_extra={'x-accord-not-null': True}, max_length=128)
-    ] = None
+    branch: Annotated[StrictStr | None, Field(max_length=128)] = None
+    """
+    Fork branch entry stage, null outside a fork.
+    """
     causationId: Annotated[StrictStr | None, Field(max_length=128)] = None
     """
     Id of the message that caused this one; null for a root message.
@@ -52,8 +53,12 @@ class EnvelopeV1(ContractModel):
         Field(json_schema_extra={'x-accord-not-null': True}, pattern='^sha256:[0-9a-f]{64}$'),
     ] = None
     fence: Annotated[
-        StrictInt | None, Field(ge=0, json_schema_extra={'x-accord-not-null': True})
+        StrictStr | None,
+        Field(json_schema_extra={'x-accord-not-null': True}, pattern='^[0-9a-f]{16,64}$'),
     ] = None
+    """
+    Unguessable attempt fence, compared exactly and never ordered.
+    """
     idempotencyKey: Annotated[
         StrictStr | None, Field(json_schema_extra={'x-accord-not-null': True}, max_length=256)
     ] = None

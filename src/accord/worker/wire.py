@@ -90,7 +90,7 @@ def read_job(
         raise Poison("job envelope must be a JSON object")
     job = _identity(doc)
     if envelope_contract is not None:
-        checked = Validator.for_contract(envelope_contract).validate(_comparable(doc))
+        checked = Validator.for_contract(envelope_contract).validate(doc)
         if not checked.ok:
             raise Refused(job, "invalid-envelope", violations_text(checked.violations))
     payload = doc.get("payload")
@@ -103,13 +103,6 @@ def read_job(
     if not checked.ok:
         raise Refused(job, "invalid-request", violations_text(checked.violations))
     return job, dict(checked.value)
-
-
-def _comparable(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The envelope as ``envelope@1`` describes it. The engine's fences are opaque strings
-    (checked in :func:`_identity`) and an unbranched stage carries ``branch: null``; both are
-    left to the identity check rather than refused."""
-    return {k: v for k, v in doc.items() if k != "fence" and not (k == "branch" and v is None)}
 
 
 def _identity(doc: Mapping[str, Any]) -> Job:

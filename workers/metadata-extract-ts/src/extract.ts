@@ -7,7 +7,7 @@
  * `invalid-request`, a result that would break its contract a terminal `invalid-result`. The
  * model is `objectKey` (or `models/<modelId>.stl`, then `.obj`, when the request names no key) in
  * the tenant's store behind `storageConnectionRef`; its size is checked with `stat` before a byte
- * is read.
+ * is read. Large models are measured in a limited thread (./offload).
  */
 
 import { promises as fs } from "node:fs";
@@ -15,8 +15,9 @@ import { promises as fs } from "node:fs";
 import { validate } from "@accord/contracts";
 
 import { WorkFailure } from "./failure";
-import { formatOf, parseModel } from "./mesh";
-import { measure, type TechnicalMetadata } from "./measure";
+import { formatOf } from "./mesh";
+import type { TechnicalMetadata } from "./measure";
+import { LIMITS, measureModel, type Limits } from "./offload";
 import type { StorageMap } from "./paths";
 
 export const CAPABILITY = "metadata.extract@2";
@@ -28,6 +29,7 @@ export const INPUT_BYTES = 512 * 1024 * 1024;
 export interface ExtractOptions {
   storage: StorageMap;
   inputBytes?: number;
+  limits?: Partial<Limits>;
 }
 
 interface Request {
@@ -101,6 +103,6 @@ export async function extract(payload: unknown, tenant: string, options: Extract
   const { key, file } = locate(request, tenant, options.storage);
   const format = formatOf(key);
   const bytes = await readBounded(file, options.inputBytes ?? INPUT_BYTES);
-  const mesh = parseModel(format, bytes);
-  return checkResult(measure(mesh, request.modelId, request.computeVolume !== false));
+  const job = { format, bytes, modelId: request.modelId, computeVolume: request.computeVolume !== false };
+  return checkResult(await measureModel(job, { ...LIMITS, ...options.limits }));
 }

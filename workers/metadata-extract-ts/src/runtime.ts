@@ -6,8 +6,10 @@
  * it is failed with `UnrecoverableError` into BullMQ's failed set, the transport's dead-letter
  * queue); claim the acceptance record; publish `accepted`; heartbeat every `heartbeatMs` while
  * the model is measured; publish `succeeded` (the result) or `failed` (`{code, message,
- * retryable}`); return, so BullMQ completes the job. A request or envelope that breaks its
- * contract is answered `failed`, never crashes the process.
+ * retryable}`); return, so BullMQ completes the job. An envelope that breaks `envelope@1`
+ * (`invalid-envelope`), names another contract (`unsupported-contract`) or carries a request that
+ * breaks `metadata-extraction-request@1` (`invalid-request`) is answered with a terminal `failed`
+ * and never crashes the process.
  *
  * **Acceptance record.** BullMQ owns retries only until a job is accepted. Redis key
  * `<prefix>:accord-acceptance:<job id>:<fence>` is claimed with `SET NX` before `accepted` is
@@ -19,6 +21,7 @@
  * the engine is a new attempt with a new fence, hence a new key, and runs normally.
  */
 
+import { validate } from "@accord/contracts";
 import { Queue, UnrecoverableError, Worker, type Job } from "bullmq";
 import IORedis from "ioredis";
 
@@ -101,8 +104,9 @@ export class MetadataWorker {
     if (claimed !== "OK") return this.redelivered(jobId, key, id);
     await this.publish(outcome(id, "accepted", {}, 0, { workerId: this.config.workerId }));
     const final = await this.work(id, envelope as Record<string, unknown>);
-    await this.redis.set(key, JSON.stringify(final), "PX", ttl);
-    await this.publish(final);
+    // both idempotent, so they may overlap: whichever fails, the job is retried and the
+    // redelivery finds the record (re-sends the outcome, or re-announces acceptance)
+    await Promise.all([this.redis.set(key, JSON.stringify(final), "PX", ttl), this.publish(final)]);
     this.served += 1;
     return { jobId, mode: "fresh" };
   }
@@ -128,6 +132,11 @@ export class MetadataWorker {
       );
     }, this.config.heartbeatMs);
     try {
+      const checked = validate("envelope", 1, envelope);
+      if (!checked.ok) {
+        const where = checked.errors.slice(0, 5).map((e) => `${e.path || "<root>"}: ${e.message}`).join("; ");
+        throw new WorkFailure("invalid-envelope", `job envelope breaks envelope@1: ${where}`);
+      }
       if (envelope.messageType !== REQUEST.name || envelope.contractVersion !== REQUEST.version) {
         const got = `${String(envelope.messageType)}@${String(envelope.contractVersion)}`;
         throw new WorkFailure("unsupported-contract", `${CAPABILITY} takes ${REQUEST.name}@${REQUEST.version}, not ${got}`);

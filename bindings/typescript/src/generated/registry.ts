@@ -342,8 +342,12 @@ export const CONTRACTS: Record<string, ContractEntry> = {
           "type": "integer"
         },
         "branch": {
+          "description": "Fork branch entry stage, null outside a fork.",
           "maxLength": 128,
-          "type": "string"
+          "type": [
+            "string",
+            "null"
+          ]
         },
         "causationId": {
           "description": "Id of the message that caused this one; null for a root message.",
@@ -372,8 +376,9 @@ export const CONTRACTS: Record<string, ContractEntry> = {
           "type": "string"
         },
         "fence": {
-          "minimum": 0,
-          "type": "integer"
+          "description": "Unguessable attempt fence, compared exactly and never ordered.",
+          "pattern": "^[0-9a-f]{16,64}$",
+          "type": "string"
         },
         "idempotencyKey": {
           "maxLength": 256,

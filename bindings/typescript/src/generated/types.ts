@@ -83,7 +83,10 @@ export interface CataloguePublishRequestV1 {
  */
 export interface EnvelopeV1 {
   attempt?: number;
-  branch?: string;
+  /**
+   * Fork branch entry stage, null outside a fork.
+   */
+  branch?: string | null;
   /**
    * Id of the message that caused this one; null for a root message.
    */
@@ -95,7 +98,10 @@ export interface EnvelopeV1 {
   correlationId: string;
   deadline?: string;
   definitionDigest?: string;
-  fence?: number;
+  /**
+   * Unguessable attempt fence, compared exactly and never ordered.
+   */
+  fence?: string;
   idempotencyKey?: string;
   /**
    * Deterministic message id.

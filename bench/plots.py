@@ -1,0 +1,103 @@
+"""PNG plots beside RESULTS.md: per-hop latency distributions and throughput vs task slots.
+
+- ``hops.png``: the empirical distribution (CDF, log-scale ms) of every per-hop latency sample
+  the peers recorded in their sequential-latency phase (``bench/out/samples/<peer>.json``), with
+  Accord's per-hop p50 and p99 from the engine benchmark as marked points (the engine reports
+  percentiles, not samples) — the same hops, end of one task to start of the next.
+- ``scaling.png``: runs/s against task slots (1, 2, 4) for each peer, and Accord's figures at
+  the slots the engine benchmark reports (``engine.<backend>.scaling.<slots>`` when present,
+  otherwise its 4-slot throughput).
+
+matplotlib (Agg backend, no display) comes with the ``dev`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.summary import PEERS, figure, peer_ok
+
+BACKENDS = ("memory", "sqlite", "bullmq", "rabbitmq")
+
+
+def _hop_samples(samples: Path) -> dict[str, list[float]]:
+    out = {}
+    for peer in PEERS:
+        path = samples / f"{peer}.json"
+        if path.exists():
+            values = json.loads(path.read_text()).get("hops_ms", [])
+            if values:
+                out[peer] = sorted(float(v) for v in values if v > 0)
+    return out
+
+
+def _scaling(results: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
+    series: dict[str, list[tuple[int, float]]] = {}
+    for peer in PEERS:
+        if not peer_ok(results, peer):
+            continue
+        points = [(s, figure(results, "peers", f"{peer}.scaling.{s}")) for s in (1, 2, 4, 8)]
+        found = [(s, v) for s, v in points if v is not None]
+        if found:
+            series[peer] = found
+    for backend in BACKENDS:
+        points = [(s, figure(results, "engine", f"{backend}.scaling.{s}")) for s in (1, 2, 4, 8)]
+        found = [(s, v) for s, v in points if v is not None]
+        if not found:
+            rate = figure(results, "engine", f"{backend}.runs_per_s")
+            found = [(4, rate)] if rate is not None else []
+        if found:
+            series[f"accord {backend}"] = found
+    return series
+
+
+def write(results: dict[str, Any], out: Path, samples: Path) -> list[Path]:
+    """Write the plots into ``out``; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for peer, values in _hop_samples(samples).items():
+        fractions = [(i + 1) / len(values) for i in range(len(values))]
+        ax.step(values, fractions, where="post", label=f"{peer} ({len(values)} hops)")
+    for backend in BACKENDS:
+        p50 = figure(results, "engine", f"{backend}.hop_p50_ms_single_run", f"{backend}.hop_p50_ms")
+        p99 = figure(results, "engine", f"{backend}.hop_p99_ms_single_run", f"{backend}.hop_p99_ms")
+        if p50 is not None and p50 > 0:
+            xs, ys = ([p50, p99], [0.5, 0.99]) if p99 and p99 > 0 else ([p50], [0.5])
+            ax.plot(xs, ys, marker="o", linestyle="--", label=f"accord {backend} (p50, p99)")
+    ax.set_xscale("log")
+    ax.set_xlabel("per-hop latency, ms (end of a task → start of the next)")
+    ax.set_ylabel("fraction of hops ≤ x")
+    ax.set_title("Per-hop latency, A → fork(B, C) → join → D, sequential runs")
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "hops.png", dpi=110)
+    plt.close(fig)
+    written.append(out / "hops.png")
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, points in _scaling(results).items():
+        xs, ys = zip(*points, strict=True)
+        ax.plot(xs, ys, marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
+    ax.set_xlabel("task slots")
+    ax.set_ylabel("runs/s (log)")
+    ax.set_title("Throughput vs task slots (100–200 runs started at once)")
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "scaling.png", dpi=110)
+    plt.close(fig)
+    written.append(out / "scaling.png")
+    return written

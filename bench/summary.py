@@ -1,0 +1,230 @@
+"""Targets and ratios: Accord's headline figures next to the best peer, the limits and issue 7.
+
+Pure functions over the ``results`` mapping that ``python -m bench`` builds (each benchmark's
+figures flattened to dotted keys, each a ``{"median", "min", "max", "n"}`` or ``{"value"}``).
+Keys are looked up tolerantly: the modules that produce them evolve, so every lookup takes
+candidate keys in order and a figure that is absent shows as ``n/a`` rather than failing.
+
+For each headline row: the Accord value, the best peer's (highest runs/s, lowest latency, CPU
+or memory; peers that failed are left out of "best" but listed in the peer table with their
+reason), ``vs best peer`` as an advantage factor (> 1 means Accord is ahead, whichever way the
+figure points), ``vs limit`` as the fraction of the physical limit reached, and the target of
+issue 7 as ``met`` / ``not met`` / ``n/a``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+PEERS = ("celery", "temporal", "dbos")
+HIGHER, LOWER = "higher", "lower"
+
+
+def figure(results: dict[str, Any], bench: str, *keys: str) -> float | None:
+    """The median (or plain numeric value) of the first key present in a benchmark's figures."""
+    figures = results.get("benchmarks", {}).get(bench, {}).get("figures", {})
+    for key in keys:
+        stats = figures.get(key)
+        if not isinstance(stats, dict):
+            continue
+        value = stats.get("median", stats.get("value"))
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def text(results: dict[str, Any], bench: str, key: str) -> str | None:
+    stats = results.get("benchmarks", {}).get(bench, {}).get("figures", {}).get(key)
+    return None if not isinstance(stats, dict) or "value" not in stats else str(stats["value"])
+
+
+def peer_ok(results: dict[str, Any], peer: str) -> bool:
+    return text(results, "peers", f"{peer}.status") == "ok"
+
+
+def peer_figure(results: dict[str, Any], peer: str, key: str) -> float | None:
+    """A peer's figure; ``{n}`` in the key is the first throughput batch (200, or 20 in smoke)."""
+    return figure(results, "peers", *(f"{peer}.{key}".format(n=n) for n in (200, 20)))
+
+
+def best_peer(results: dict[str, Any], key: str, better: str) -> tuple[str, float] | None:
+    found = [
+        (peer, value)
+        for peer in PEERS
+        if peer_ok(results, peer) and (value := peer_figure(results, peer, key))
+    ]
+    if not found:
+        return None
+    pick = max if better == HIGHER else min
+    return pick(found, key=lambda pair: pair[1])
+
+
+def advantage(value: float | None, other: float | None, better: str) -> float | None:
+    """How far Accord is ahead: > 1 ahead, < 1 behind, whichever way the figure points."""
+    if value is None or other is None or value <= 0 or other <= 0:
+        return None
+    return value / other if better == HIGHER else other / value
+
+
+def status(value: float | None, op: str, threshold: float | None) -> str:
+    if value is None or threshold is None:
+        return "n/a"
+    ok = value >= threshold if op == ">=" else value <= threshold
+    return "met" if ok else "not met"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    unit: str
+    value: float | None
+    better: str
+    peer: tuple[str, float] | None = None
+    limit: tuple[str, float] | None = None  # (label, the limit in the row's unit)
+    target: tuple[str, float | None] | None = None  # (op, threshold)
+
+    @property
+    def vs_peer(self) -> float | None:
+        return advantage(self.value, self.peer[1] if self.peer else None, self.better)
+
+    @property
+    def vs_limit(self) -> float | None:
+        """Fraction of the limit reached (1.0 = at the limit)."""
+        return advantage(self.value, self.limit[1] if self.limit else None, self.better)
+
+    @property
+    def met(self) -> str:
+        return "" if self.target is None else status(self.value, *self.target)
+
+
+def _per_ms(rate: float | None) -> float | None:
+    return 1000 / rate if rate else None
+
+
+def rows(r: dict[str, Any]) -> list[Row]:
+    """The headline rows, in the order of issue 7's targets."""
+    fsync_tx, redis_cas = (
+        figure(r, "limits", "sqlite_tx.FULL"),
+        figure(r, "limits", "redis_cas.one_task"),
+    )
+    redis_many = figure(r, "limits", "redis_cas.many_tasks")
+    celery = peer_figure(r, "celery", "throughput.{n}.runs_per_s") if peer_ok(r, "celery") else None
+    runs_peer = best_peer(r, "throughput.{n}.runs_per_s", HIGHER)
+    hop_peer = best_peer(r, "latency.hop_p50_ms", LOWER)
+    out: list[Row] = []
+    for label, key, tx_limit, hop_limit, goal, goal_hop in (
+        ("memory + embedded queue", "memory", None, None, None, None),
+        ("SQLite (WAL FULL) + embedded queue", "sqlite", fsync_tx, _per_ms(fsync_tx), 500.0, 1.0),
+        ("Redis + BullMQ", "bullmq", redis_many, _per_ms(redis_cas), None, 2.5),
+        ("Redis + RabbitMQ", "rabbitmq", redis_many, _per_ms(redis_cas), None, 2.5),
+    ):
+        keys = (key, f"redis_{key}", f"redis+{key}")
+        runs = figure(r, "engine", *(f"{k}.runs_per_s" for k in keys))
+        tps = figure(r, "engine", *(f"{k}.transitions_per_s" for k in keys))
+        hop = figure(r, "engine", *(f"{k}.hop_p50_ms_single_run" for k in keys),
+                     *(f"{k}.hop_p50_ms" for k in keys))  # fmt: skip
+        goal_runs = (2 * celery if celery else None) if key in ("bullmq", "rabbitmq") else goal
+        limit_runs = tx_limit * runs / tps if tx_limit and runs and tps else None
+        out.append(Row(f"{label}: runs/s", "runs/s", runs, HIGHER, runs_peer,
+                       ("transactions/s ÷ transitions/run", limit_runs) if limit_runs else None,
+                       (">=", goal_runs) if goal_runs or key != "memory" else None))  # fmt: skip
+        out.append(Row(f"{label}: per-hop p50", "ms", hop, LOWER, hop_peer,
+                       ("one durable write", hop_limit) if hop_limit else None,
+                       ("<=", goal_hop) if goal_hop else None))  # fmt: skip
+    for key, unit, name, goal in (
+        ("cpu_ms_per_run", "ms", "CPU per run (SQLite)", 5.0),
+        ("rss_mib", "MiB", "engine RSS (SQLite)", 100.0),
+    ):
+        peer_key = "throughput.{n}.cpu_ms_per_run" if key == "cpu_ms_per_run" else key
+        value = figure(r, "engine", f"sqlite.{key}")
+        out.append(Row(name, unit, value, LOWER, best_peer(r, peer_key, LOWER), None, ("<=", goal)))
+    contracts = ("thumbnail-generation-request@2", "technical-metadata@1")
+    valid = [figure(r, "validation", f"{c}.accord.valid_us") for c in contracts]
+    floor = [figure(r, "validation", f"{c}.engine_floor_us") for c in contracts]
+    worst = max((v for v in valid if v is not None), default=None)
+    floor_worst = max((v for v in floor if v is not None), default=None)
+    floor_row = ("jsonschema-rs alone", floor_worst) if floor_worst else None
+    name = "validation, valid message (slowest contract)"
+    out.append(Row(name, "µs", worst, LOWER, None, floor_row, ("<=", 2.0)))
+    compile_ms = figure(r, "compile", "compile_ms.1000")
+    out.append(Row("compile, 1,000 stages", "ms", compile_ms, LOWER, None, None, ("<=", 200.0)))
+    queue, raw = figure(r, "limits", "queue.embedded"), figure(r, "limits", "queue.raw_sqlite")
+    out.append(Row("embedded queue publish+consume", "msg/s", queue, HIGHER, None,
+                   ("raw SQLite queue", raw) if raw else None))  # fmt: skip
+    return out
+
+
+def _num(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    digits = 3 if abs(value) < 10 else 1 if abs(value) < 1000 else 0
+    return f"{value:,.{digits}f}{(' ' + unit) if unit else ''}"
+
+
+def _factor(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}×"
+
+
+def peer_table(r: dict[str, Any]) -> list[str]:
+    lines = ["| peer | status | runs/s (200) | runs/s (1000) | transitions/s (200) | hop p50 ms"
+             " | hop p99 ms | e2e p50 ms | CPU ms/run | RSS MiB |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for peer in PEERS:
+        state = text(r, "peers", f"{peer}.status") or "not run"
+        version = text(r, "peers", f"{peer}.version") or ""
+        keys = ("throughput.{n}.runs_per_s", "throughput.1000.runs_per_s",
+                "throughput.{n}.transitions_per_s", "latency.hop_p50_ms", "latency.hop_p99_ms",
+                "latency.e2e_p50_ms", "throughput.{n}.cpu_ms_per_run", "rss_mib")  # fmt: skip
+        cells = [_num(peer_figure(r, peer, k)) for k in keys]
+        state = state.replace("|", "\\|").replace("\n", " ⏎ ")
+        lines.append(f"| {peer} {version} | {state} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def furthest_behind(table: list[Row]) -> tuple[Row | None, Row | None]:
+    """The row furthest behind the best peer, and the one furthest from its limit."""
+    by_peer = [row for row in table if row.vs_peer is not None]
+    by_limit = [row for row in table if row.vs_limit is not None]
+    return (
+        min(by_peer, key=lambda row: row.vs_peer or 0, default=None),
+        min(by_limit, key=lambda row: row.vs_limit or 0, default=None),
+    )
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The closing section of RESULTS.md."""
+    table = rows(r)
+    machine = r.get("machine", {})
+    lines = ["", "## Targets and ratios", "",
+             f"Load average (1/5/15 min) at start: {machine.get('load_start', 'n/a')}; at end:"
+             f" {machine.get('load_end', 'n/a')} — other work shares this {machine.get('cpus')}"
+             "-CPU machine, so figures are noisy. `vs best peer`: > 1 means Accord is ahead"
+             " (either direction of figure); `vs limit`: fraction of the physical limit reached.",
+             "", "| figure | Accord | best peer | vs best peer | limit | vs limit | target |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]  # fmt: skip
+    for row in table:
+        peer = f"{_num(row.peer[1], row.unit)} ({row.peer[0]})" if row.peer else "n/a"
+        limit = f"{_num(row.limit[1], row.unit)} ({row.limit[0]})" if row.limit else "n/a"
+        goal = ""
+        if row.target is not None:
+            op, threshold = row.target
+            goal = f"{row.met} ({op.replace('>=', '≥').replace('<=', '≤')} {_num(threshold)})"
+        cells = (_num(row.value, row.unit), peer, _factor(row.vs_peer), limit)
+        lines.append(
+            f"| {row.name} | " + " | ".join(cells) + f" | {_factor(row.vs_limit)} | {goal} |"
+        )
+    lines += ["", "### Peers (same workload, own virtual environments)", "", *peer_table(r)]
+    behind_peer, behind_limit = furthest_behind(table)
+    lines.append("")
+    if behind_peer is not None:
+        lines.append(f"Furthest behind the best peer: **{behind_peer.name}** "
+                     f"({_factor(behind_peer.vs_peer)}).")  # fmt: skip
+    if behind_limit is not None:
+        lines.append(f"Furthest from its limit: **{behind_limit.name}** "
+                     f"({_factor(behind_limit.vs_limit)} of the limit).")  # fmt: skip
+    met = sum(row.met == "met" for row in table)
+    judged = sum(row.met in ("met", "not met") for row in table)
+    lines.append(f"Targets met: {met} of {judged} measured.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,333 @@
+"""The TypeScript ``metadata.extract@2`` worker (workers/metadata-extract-ts) against the Python
+engine on the real Redis: Redis store, BullMQ transport, Node BullMQ on the worker side.
+
+A cube STL is written to the worker's storage root, a one-stage workflow compiled against the
+real contracts sends it to the ``metadata`` queue, and the run must complete with the cube's
+measures as the stage result (checked by the engine's contract hook as well). A request that
+breaks ``metadata-extraction-request@1`` must end as a terminal failure in the run's history,
+with the worker still serving afterwards. The acceptance record is checked on the wire: a job
+delivered again for an attempt already finished gets its stored outcome back, not a second
+measurement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from accord.adapters import open_transport
+from accord.adapters.transports.bullmq import BullmqTransport, job_id_for
+from accord.contracts.sources import load_catalog
+from accord.engine.checks import contract_result_check
+from accord.engine.orchestrator import Engine
+from accord.engine.state import RunState
+from accord.workflow.compiler import compile_workflow
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root
+    sys.path.insert(0, str(ROOT))
+from tests.services import REDIS_DB, ensure_redis, redis_url  # noqa: E402
+
+WORKER = ROOT / "workers" / "metadata-extract-ts"
+BINDINGS = ROOT / "bindings" / "typescript"
+TENANT, EDGE, OFFSET = "acme", 2.0, (1.0, 2.0, 3.0)
+WORKFLOW = """\
+name: ts-metadata
+version: "1.0.0"
+entry: technical-metadata
+stages:
+  - name: technical-metadata
+    type: worker
+    queue: metadata
+    worker: metadata.extract@2
+    input:
+      modelId: "${context.modelId}"
+      storageConnectionRef: local
+      objectKey: "${context.objectKey}"
+    retry: { max_attempts: 1 }
+    on_success: completed
+    on_failure: failed
+terminals: [completed, failed]
+"""
+
+pytestmark = pytest.mark.node
+
+
+def cube_stl(edge: float, offset: tuple[float, float, float]) -> bytes:
+    """A binary STL of an axis-aligned cube: 12 outward-wound triangles over 8 corners."""
+    corners = [
+        (x * edge + offset[0], y * edge + offset[1], z * edge + offset[2])
+        for z in (0, 1) for y in (0, 1) for x in (0, 1)
+    ]  # fmt: skip
+    quads = [(0, 2, 3, 1), (4, 5, 7, 6), (0, 1, 5, 4), (2, 6, 7, 3), (1, 3, 7, 5), (0, 4, 6, 2)]
+    tris = [t for a, b, c, d in quads for t in ((a, b, c), (a, c, d))]
+    out = bytearray(b"cube".ljust(80, b" ") + struct.pack("<I", len(tris)))
+    for tri in tris:
+        out += struct.pack("<3f", 0, 0, 0)
+        for i in tri:
+            out += struct.pack("<3f", *corners[i])
+        out += b"\0\0"
+    return bytes(out)
+
+
+def _run(cmd: list[str], cwd: Path) -> None:
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"`{' '.join(cmd)}` in {cwd} failed:\n{done.stdout}\n{done.stderr}")
+
+
+def _newest(directory: Path) -> float:
+    return max(p.stat().st_mtime for p in directory.rglob("*.ts"))
+
+
+def built_worker() -> Path:
+    """The compiled worker entry point, installing and building what is missing or stale."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.fail("Node.js and npm are required for the TypeScript worker test")
+    if not (BINDINGS / "dist" / "index.js").exists():
+        _run(["npm", "ci", "--no-audit", "--no-fund"], BINDINGS)
+        _run(["npm", "run", "build"], BINDINGS)
+    if not (WORKER / "node_modules" / "bullmq").exists():
+        _run(["npm", "ci", "--no-audit", "--no-fund"], WORKER)
+    main = WORKER / "dist" / "src" / "main.js"
+    if not main.exists() or main.stat().st_mtime < _newest(WORKER / "src"):
+        _run(["npm", "run", "build"], WORKER)
+    return main
+
+
+class NodeWorker:
+    """The worker process on its own key prefix, serving one storage root."""
+
+    def __init__(self, main: Path, prefix: str, storage: Path, log: Path) -> None:
+        self.prefix = prefix
+        self.url = f"bullmq://127.0.0.1:6379/{REDIS_DB}?prefix={prefix}&stalled_ms=1000"
+        self.worker_id = f"ts-{prefix}"
+        cmd = ["node", str(main), "--transport", self.url, "--storage-root", str(storage),
+               "--heartbeat-ms", "100", "--worker-id", self.worker_id]  # fmt: skip
+        self.log = log  # a file, not a pipe: a full pipe would stall the worker
+        with log.open("wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.1)
+            if ready:
+                line = json.loads(self.proc.stdout.readline())
+                assert line["event"] == "ready" and line["queue"] == "metadata"
+                return
+        self.stop()
+        pytest.fail(f"the TypeScript worker did not start: {self.stderr()}")
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def storage(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("objects")
+    (root / TENANT / "models").mkdir(parents=True)
+    (root / TENANT / "models" / "cube.stl").write_bytes(cube_stl(EDGE, OFFSET))
+    return root
+
+
+@pytest.fixture(scope="module")
+def node_worker(storage: Path) -> Iterator[NodeWorker]:
+    ensure_redis()
+    prefix = f"tts-{uuid.uuid4().hex[:10]}"
+    log = storage.parent / f"{prefix}.log"
+    worker = NodeWorker(built_worker(), prefix, storage, log)
+    yield worker
+    worker.stop()
+    assert worker.proc.returncode == 0, worker.stderr()
+    client = redis.Redis(port=6379, db=REDIS_DB)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+async def engine(node_worker: NodeWorker) -> AsyncIterator[Engine]:
+    catalog = load_catalog(ROOT / "schemas" / "contracts")
+    plan = compile_workflow(WORKFLOW, "ts-metadata.yaml", catalog).unwrap()
+    eng = Engine.from_urls(
+        redis_url(), node_worker.url, poll_ms=10, result_checks=[contract_result_check(catalog)]
+    )
+    await eng.register_plan(plan)
+    await eng.start()
+    try:
+        yield eng
+    finally:
+        await eng.stop()
+
+
+async def _finished(engine: Engine, context: dict[str, Any]) -> tuple[RunState, list[Any]]:
+    run_id = await engine.start_run("ts-metadata", context, tenant=TENANT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        run = await engine.load(run_id)
+        if run is not None and run.terminal:
+            return run, await engine.history(run_id)
+        await asyncio.sleep(0.02)
+    pytest.fail(f"run {run_id} not terminal within 30 s")
+
+
+def _events(history: list[Any], kind: str) -> list[dict[str, Any]]:
+    return [h.event for h in history if h.accepted and h.event.get("kind") == kind]
+
+
+async def test_cube_is_measured_by_the_typescript_worker(
+    engine: Engine, node_worker: NodeWorker
+) -> None:
+    run, history = await _finished(engine, {"modelId": "cube", "objectKey": "models/cube.stl"})
+    assert run.status == "completed", run.error
+    low = dict(zip("xyz", OFFSET, strict=True))
+    assert run.stages["technical-metadata"].result == {
+        "modelId": "cube",
+        "format": "stl",
+        "units": "unknown",
+        "vertexCount": 8,
+        "faceCount": 12,
+        "components": 1,
+        "bounds": {"min": low, "max": {k: v + EDGE for k, v in low.items()}},
+        "extents": {"x": EDGE, "y": EDGE, "z": EDGE},
+        "surfaceArea": 6 * EDGE**2,
+        "volume": EDGE**3,
+        "volumeUnavailableReason": None,
+        "watertight": True,
+        "windingConsistent": True,
+    }
+    accepted = _events(history, "stage-accepted")
+    assert [e["worker_id"] for e in accepted] == [node_worker.worker_id]
+    assert [e["result"] for e in _events(history, "stage-succeeded")] == [
+        run.stages["technical-metadata"].result
+    ]
+
+
+@pytest.mark.parametrize(
+    "context",
+    [
+        {"modelId": "not a valid id!", "objectKey": "models/cube.stl"},
+        {"modelId": "cube", "objectKey": "../other/models/cube.stl"},
+    ],
+)
+async def test_invalid_request_is_a_terminal_failure_in_history(
+    engine: Engine, node_worker: NodeWorker, context: dict[str, Any]
+) -> None:
+    run, history = await _finished(engine, context)
+    assert run.status == "failed"
+    failed = _events(history, "stage-failed")
+    assert len(failed) == 1, failed
+    assert (failed[0]["code"], failed[0]["retryable"]) == ("invalid-request", False)
+    assert "metadata-extraction-request@1" in failed[0]["message"]
+    assert node_worker.proc.poll() is None  # refused, not crashed: it serves the next run
+    again, _ = await _finished(engine, {"modelId": "cube", "objectKey": "models/cube.stl"})
+    assert again.status == "completed"
+
+
+async def _take(
+    transport: BullmqTransport, stream: AsyncIterator[Any], count: int
+) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    while len(got) < count:
+        delivery = await asyncio.wait_for(anext(stream), 20)
+        got.append(json.loads(delivery.body))
+        await transport.ack(delivery)
+    return got
+
+
+def _envelope(model: str) -> dict[str, Any]:
+    """A job envelope as the engine writes one (``envelope@1``) for ``models/<model>.stl``."""
+    message_id = f"msg_{uuid.uuid4().hex}"
+    return {
+        "messageId": message_id, "messageType": "metadata-extraction-request",
+        "contractVersion": 1, "correlationId": "run_wire", "producer": "accord-engine",
+        "occurredAt": "2026-01-01T00:00:00.000Z", "runId": "run_wire",
+        "stage": "technical-metadata", "attempt": 1, "fence": uuid.uuid4().hex, "tenant": TENANT,
+        "payload": {"modelId": model, "objectKey": f"models/{model}.stl"},
+    }  # fmt: skip
+
+
+async def test_redelivered_finished_job_resends_its_outcome(
+    node_worker: NodeWorker, storage: Path
+) -> None:
+    transport = open_transport(node_worker.url)
+    assert isinstance(transport, BullmqTransport)
+    (storage / TENANT / "models" / "again.stl").write_bytes(cube_stl(1.0, (0.0, 0.0, 0.0)))
+    envelope = _envelope("again")
+    message_id, body = envelope["messageId"], json.dumps(envelope).encode()
+    try:
+        outcomes = transport.consume("accord.outcomes", 8)
+        await transport.publish("metadata", message_id, body)
+        first = await _take(transport, outcomes, 2)
+        assert [o["messageType"] for o in first] == ["accepted", "succeeded"]
+        assert first[1]["payload"]["volume"] == 1.0
+        # the same attempt delivered again, after the model is gone: measuring again would fail
+        os.remove(storage / TENANT / "models" / "again.stl")
+        await transport.queue("metadata").remove(job_id_for(message_id))
+        await transport.queue("accord.outcomes").remove(job_id_for(f"{message_id}:succeeded"))
+        await transport.publish("metadata", message_id, body)
+        second = await _take(transport, outcomes, 1)
+        assert second == [first[1]]
+        # an envelope that breaks envelope@1 is answered, terminally, not dropped or crashed on
+        broken = {k: v for k, v in _envelope("cube").items() if k != "producer"}
+        await transport.publish("metadata", broken["messageId"], json.dumps(broken).encode())
+        refused = await _take(transport, outcomes, 2)
+        assert [o["messageType"] for o in refused] == ["accepted", "failed"]
+        assert refused[1]["payload"]["code"] == "invalid-envelope"
+        assert refused[1]["payload"]["retryable"] is False
+        assert "producer" in refused[1]["payload"]["message"]
+    finally:
+        await transport.close()
+
+
+async def test_redelivered_job_still_in_progress_is_only_reannounced(
+    node_worker: NodeWorker,
+) -> None:
+    """The process that accepted the attempt died mid-job: the redelivery must not measure."""
+    transport = open_transport(node_worker.url)
+    assert isinstance(transport, BullmqTransport)
+    envelope = _envelope("cube")
+    message_id = envelope["messageId"]
+    key = f"{node_worker.prefix}:accord-acceptance:{job_id_for(message_id)}:{envelope['fence']}"
+    redis.Redis(port=6379, db=REDIS_DB).set(key, "accepted", px=60_000)
+    try:
+        outcomes = transport.consume("accord.outcomes", 8)
+        await transport.publish("metadata", message_id, json.dumps(envelope).encode())
+        [announced] = await _take(transport, outcomes, 1)
+        assert announced["messageType"] == "accepted"
+        assert announced["workerId"] == node_worker.worker_id
+        job = await transport.queue("metadata").getJob(job_id_for(message_id))
+        deadline = time.monotonic() + 10
+        while await job.isCompleted() is False and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert await job.isCompleted()
+        for kind in ("succeeded", "failed"):
+            answer = job_id_for(f"{message_id}:{kind}")
+            assert await transport.queue("accord.outcomes").getJob(answer) is None
+    finally:
+        await transport.close()

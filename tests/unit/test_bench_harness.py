@@ -1,0 +1,155 @@
+"""The benchmark harness's own logic: summarising repeats, ratios, targets, the peer workload.
+
+Pure functions on synthetic inputs (the figures are made up here, so each assertion can fail),
+plus one real end-to-end run of ``python -m bench --smoke --only limits`` (under a second).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench.__main__ import _summarise
+from bench.peers import workload
+from bench.summary import HIGHER, LOWER, advantage, figure, markdown, rows, status
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.services import ensure_redis
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _stats(value: float) -> dict[str, float]:
+    return {"median": value, "min": value, "max": value, "n": 1}
+
+
+def _results(**benches: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "machine": {"cpus": 2, "load_start": "1.00 / 1.00 / 1.00", "load_end": "2.00"},
+        "benchmarks": {
+            name: {
+                "figures": {
+                    k: (_stats(v) if isinstance(v, int | float) else {"value": v})
+                    for k, v in figures.items()
+                }
+            }
+            for name, figures in benches.items()
+        },
+    }
+
+
+PEERS_OK = {
+    "celery.status": "ok",
+    "celery.throughput.200.runs_per_s": 100.0,
+    "celery.latency.hop_p50_ms": 9.0,
+    "celery.rss_mib": 230.0,
+    "dbos.status": "ok",
+    "dbos.throughput.200.runs_per_s": 40.0,
+    "dbos.latency.hop_p50_ms": 6.0,
+    "dbos.rss_mib": 75.0,
+    "temporal.status": "failed: install failed (pip install): no matching distribution",
+    "temporal.throughput.200.runs_per_s": 10_000.0,  # a failed peer never counts as best
+}
+
+
+def _row(table: list[Any], start: str) -> Any:
+    return next(row for row in table if row.name.startswith(start))
+
+
+def test_summarise_keeps_keys_missing_from_some_repeats() -> None:
+    summary = _summarise([{"a": 1.0, "b": {"c": 3}}, {"a": 3.0, "d": "x"}, {"a": 2.0}])
+    assert summary["a"] == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert summary["b.c"] == {"median": 3, "min": 3, "max": 3, "n": 1}
+    assert summary["d"] == {"value": "x"}
+
+
+def test_figure_is_tolerant_of_missing_and_non_numeric() -> None:
+    results = _results(engine={"sqlite.runs_per_s": 600.0, "note": "text", "bad": math.nan})
+    assert figure(results, "engine", "missing", "sqlite.runs_per_s") == 600.0
+    assert figure(results, "engine", "note") is None
+    assert figure(results, "engine", "bad") is None
+    assert figure(results, "nowhere", "sqlite.runs_per_s") is None
+
+
+@given(st.floats(0.001, 1e6), st.floats(0.001, 1e6))
+def test_advantage_points_the_same_way_for_both_directions(a: float, b: float) -> None:
+    ahead = advantage(a, b, HIGHER)
+    assert ahead is not None and math.isclose(ahead * advantage(b, a, HIGHER), 1.0)  # type: ignore[operator]
+    assert math.isclose(advantage(a, b, LOWER) or 0, b / a)
+    assert advantage(None, b, HIGHER) is None and advantage(a, 0.0, LOWER) is None
+
+
+def test_status_reads_the_operator() -> None:
+    assert status(600, ">=", 500) == "met"
+    assert status(400, ">=", 500) == "not met"
+    assert status(0.9, "<=", 1.0) == "met"
+    assert status(1.1, "<=", 1.0) == "not met"
+    assert status(None, "<=", 1.0) == "n/a" and status(1.0, ">=", None) == "n/a"
+
+
+def test_rows_compare_with_best_working_peer_limits_and_targets() -> None:
+    results = _results(
+        engine={
+            "sqlite.runs_per_s": 600.0,
+            "sqlite.transitions_per_s": 5400.0,
+            "sqlite.hop_p50_ms_single_run": 2.0,
+            "bullmq.runs_per_s": 150.0,
+            "sqlite.cpu_ms_per_run": 4.0,
+        },
+        peers=PEERS_OK,
+        limits={"sqlite_tx.FULL": 9000.0, "redis_cas.one_task": 4000.0},
+    )
+    table = rows(results)
+    runs = _row(table, "SQLite (WAL FULL) + embedded queue: runs/s")
+    assert runs.peer == ("celery", 100.0) and runs.vs_peer == 6.0
+    assert runs.limit is not None and runs.limit[1] == 1000.0  # 9,000 tx/s ÷ 9 transitions/run
+    assert runs.met == "met"
+    hop = _row(table, "SQLite (WAL FULL) + embedded queue: per-hop")
+    assert hop.peer == ("dbos", 6.0) and hop.vs_peer == 3.0 and hop.met == "not met"
+    bullmq = _row(table, "Redis + BullMQ: runs/s")
+    assert bullmq.target == (">=", 200.0) and bullmq.met == "not met"  # 2 × Celery's 100
+    assert _row(table, "Redis + RabbitMQ: runs/s").met == "n/a"
+    assert _row(table, "CPU per run").met == "met"
+    assert _row(table, "compile").met == "n/a"
+
+
+def test_markdown_shows_failures_and_missing_figures() -> None:
+    text = markdown(_results(engine={"sqlite.runs_per_s": 400.0}, peers=PEERS_OK))
+    assert "| 400.0 runs/s | 100.0 runs/s (celery) | 4.00× |" in text
+    assert "not met (≥ 500.0)" in text
+    assert "failed: install failed (pip install): no matching distribution" in text
+    assert "n/a" in text and "Load average (1/5/15 min) at start: 1.00 / 1.00 / 1.00" in text
+
+
+def test_workload_hops_and_latency_figures() -> None:
+    run = {"A": [0.0, 1.0], "B": [1.002, 1.5], "C": [1.004, 1.6], "D": [1.601, 2.0]}
+    hops = workload.hops_ms(run)
+    assert [round(v, 3) for v in hops.values()] == [2.0, 4.0, 1.0]
+    figures = workload.latency_figures([10.0, 20.0, 30.0], [run, run])
+    assert figures["hop_p50_ms"] == 2.0 and figures["e2e_p50_ms"] == 20.0
+    assert figures["hop_join→D_p50_ms"] == 1.0
+
+
+def test_budget_skips_a_batch_it_cannot_finish_and_says_why() -> None:
+    budget = workload.Budget()
+    budget.deadline = budget.deadline - 10**6 + 5  # five seconds left
+    assert budget.allows("throughput.200", 200)  # no rate yet: always tried
+    budget.rate = 10.0
+    assert not budget.allows("throughput.1000", 1000)
+    assert budget.skipped and budget.skipped[0].startswith("throughput.1000: 1000 runs predicted")
+
+
+def test_smoke_limits_run_writes_results() -> None:
+    ensure_redis()
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--only", "limits"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = (ROOT / "bench" / "out" / "RESULTS.md").read_text()
+    assert "| sqlite_tx.FULL |" in text and "| redis_cas.pipelined |" in text
+    assert "## Targets and ratios" in text

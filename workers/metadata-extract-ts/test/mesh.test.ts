@@ -1,0 +1,119 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { validate } from "@accord/contracts";
+
+import { WorkFailure } from "../src/failure";
+import { formatOf, parseObj, parseStl } from "../src/mesh";
+import { measure } from "../src/measure";
+import { asciiStl, binaryStl, cubeObj, cubeTriangles, type Tri } from "./models";
+
+function refusedWith(code: string): (error: unknown) => boolean {
+  return (error) => error instanceof WorkFailure && error.code === code && !error.retryable;
+}
+
+test("binary STL cube: 8 welded vertices, 12 faces, closed, volume 1", () => {
+  const m = measure(parseStl(binaryStl(cubeTriangles())), "cube", true);
+  assert.equal(m.format, "stl");
+  assert.equal(m.units, "unknown");
+  assert.equal(m.vertexCount, 8);
+  assert.equal(m.faceCount, 12);
+  assert.equal(m.components, 1);
+  assert.equal(m.watertight, true);
+  assert.equal(m.windingConsistent, true);
+  assert.equal(m.volume, 1);
+  assert.equal(m.volumeUnavailableReason, null);
+  assert.equal(m.surfaceArea, 6);
+  assert.deepEqual(m.bounds, { min: { x: 0, y: 0, z: 0 }, max: { x: 1, y: 1, z: 1 } });
+  assert.deepEqual(m.extents, { x: 1, y: 1, z: 1 });
+  const checked = validate("technical-metadata", 1, m);
+  assert.deepEqual(checked.errors, []);
+});
+
+test("ASCII STL and OBJ measure the same cube as binary STL", () => {
+  const binary = measure(parseStl(binaryStl(cubeTriangles(2, [1, -3, 5]))), "c", true);
+  const ascii = measure(parseStl(asciiStl(cubeTriangles(2, [1, -3, 5]))), "c", true);
+  assert.deepEqual(ascii, binary);
+  assert.equal(binary.volume, 8);
+  assert.deepEqual(binary.bounds.min, { x: 1, y: -3, z: 5 });
+  const obj = measure(parseObj(cubeObj("millimetre")), "c", true);
+  assert.equal(obj.format, "obj");
+  assert.equal(obj.units, "mm");
+  assert.equal(obj.vertexCount, 8);
+  assert.equal(obj.faceCount, 12); // six quads fanned
+  assert.equal(obj.volume, 1);
+  assert.equal(obj.windingConsistent, true);
+});
+
+test("a binary STL whose header starts with 'solid' is still binary", () => {
+  const m = measure(parseStl(binaryStl(cubeTriangles(), "solid exported-by-cad")), "c", true);
+  assert.equal(m.faceCount, 12);
+});
+
+test("scaled and moved cubes: volume size^3, area 6 size^2 (seeded sweep)", () => {
+  let seed = 7;
+  const next = (): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  for (let n = 0; n < 50; n++) {
+    const size = 0.25 + Math.round(next() * 64) / 4; // exact in float32
+    const offset = [0, 1, 2].map(() => Math.round((next() - 0.5) * 400) / 4);
+    const m = measure(parseStl(binaryStl(cubeTriangles(size, offset))), "c", true);
+    assert.ok(Math.abs(m.volume! - size ** 3) <= 1e-9 * size ** 3, `size ${size}`);
+    assert.ok(Math.abs(m.surfaceArea - 6 * size ** 2) <= 1e-9 * size ** 2);
+    assert.deepEqual(m.extents, { x: size, y: size, z: size });
+  }
+});
+
+test("open box: not watertight, volume null with the reason", () => {
+  const m = measure(parseStl(binaryStl(cubeTriangles().slice(2))), "box", true); // no bottom
+  assert.equal(m.faceCount, 10);
+  assert.equal(m.watertight, false);
+  assert.equal(m.windingConsistent, true);
+  assert.equal(m.volume, null);
+  assert.equal(m.volumeUnavailableReason, "not-watertight");
+  assert.equal(validate("technical-metadata", 1, m).ok, true);
+});
+
+test("one flipped triangle: closed but inconsistent winding, no volume", () => {
+  const tris = cubeTriangles();
+  const [a, b, c] = tris[3]!;
+  tris[3] = [a, c, b] as Tri;
+  const m = measure(parseStl(asciiStl(tris)), "c", true);
+  assert.equal(m.watertight, true);
+  assert.equal(m.windingConsistent, false);
+  assert.equal(m.volumeUnavailableReason, "inconsistent-winding");
+});
+
+test("two separate cubes are two components; volume not requested stays null", () => {
+  const tris = [...cubeTriangles(), ...cubeTriangles(1, [5, 0, 0])];
+  const m = measure(parseStl(binaryStl(tris)), "two", false);
+  assert.equal(m.components, 2);
+  assert.equal(m.vertexCount, 16);
+  assert.equal(m.volume, null);
+  assert.equal(m.volumeUnavailableReason, "not-requested");
+});
+
+test("malformed STL is refused as corrupt-model, naming what is wrong", () => {
+  const whole = binaryStl(cubeTriangles());
+  assert.throws(() => parseStl(whole.subarray(0, whole.length - 7)), refusedWith("corrupt-model"));
+  assert.throws(() => parseStl(Buffer.from("solid x\n facet normal 0 0 0\n outer loop\n vertex 1 2\n")), (e) =>
+    refusedWith("corrupt-model")(e) && /line 4/.test((e as Error).message));
+  assert.throws(() => parseStl(Buffer.from("solid x\n facet normal 0 0 0\n outer loop\n vertex 1 2 nan\n")),
+    refusedWith("corrupt-model"));
+  assert.throws(() => parseStl(Buffer.from("solid empty\nendsolid empty\n")), refusedWith("corrupt-model"));
+  assert.throws(() => parseStl(Buffer.from("hello")), refusedWith("corrupt-model"));
+  const inf = binaryStl([[[0, 0, 0], [1, 0, 0], [0, 1, 0]]]);
+  inf.writeFloatLE(Infinity, 84 + 12);
+  assert.throws(() => parseStl(inf), refusedWith("corrupt-model"));
+});
+
+test("malformed OBJ is refused as corrupt-model", () => {
+  assert.throws(() => parseObj(Buffer.from("v 0 0 0\nv 1 0 0\nf 1 2 3\n")), refusedWith("corrupt-model"));
+  assert.throws(() => parseObj(Buffer.from("v 0 0 0\n")), refusedWith("corrupt-model"));
+  assert.throws(() => parseObj(Buffer.from("v 0 x 0\n")), refusedWith("corrupt-model"));
+});
+
+test("formats other than STL and OBJ are unsupported", () => {
+  assert.equal(formatOf("models/a.STL"), "stl");
+  assert.equal(formatOf("a.obj"), "obj");
+  assert.throws(() => formatOf("a.ply"), refusedWith("unsupported-format"));
+});
