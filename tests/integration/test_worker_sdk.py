@@ -131,7 +131,7 @@ async def _one_job(url: str, tmp_path: Path) -> None:
     envelope = {"messageId": "msg_1", "messageType": "cache-lookup-request", "contractVersion": 1,
                 "correlationId": "r1", "producer": "test", "tenant": "acme",
                 "occurredAt": "2026-01-01T00:00:00.000Z", "runId": "r1", "stage": "s",
-                "attempt": 1, "fence": "f", "payload": {"modelId": "m1"}}  # fmt: skip
+                "attempt": 1, "fence": "ab" * 16, "payload": {"modelId": "m1"}}  # fmt: skip
     await transport.publish("tiny", "msg_1", json.dumps(envelope).encode())
     kinds = []
     async with asyncio.timeout(30):

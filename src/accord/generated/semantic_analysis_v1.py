@@ -18,6 +18,12 @@ class Tag(ContractModel):
     )
     confidence: Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
     label: Annotated[StrictStr, Field(pattern='^[a-z0-9][a-z0-9 -]{0,39}$')]
+    reason: Annotated[
+        StrictStr | None, Field(json_schema_extra={'x-accord-not-null': True}, max_length=200)
+    ] = None
+    """
+    Why the tag applies, in plain words.
+    """
 
 
 class SemanticAnalysisV1(ContractModel):

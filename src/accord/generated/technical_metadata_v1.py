@@ -65,7 +65,7 @@ class TechnicalMetadataV1(ContractModel):
     """
     extents: Extents
     faceCount: Annotated[StrictInt, Field(ge=0)]
-    format: Literal['stl', 'obj', 'ply', 'gltf', 'glb', '3mf', 'step']
+    format: Literal['stl', 'obj', 'ply', 'off', 'gltf', 'glb', '3mf', 'step']
     modelId: Annotated[StrictStr, Field(pattern='^[A-Za-z0-9_-]{1,64}$')]
     surfaceArea: Annotated[StrictFloat, Field(ge=0.0)]
     units: Literal['mm', 'cm', 'm', 'in', 'unknown']

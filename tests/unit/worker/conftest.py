@@ -73,7 +73,7 @@ def job() -> JobMaker:
         run_id: str = "run_1",
         stage: str = "render-thumbnail",
         attempt: int = 1,
-        fence: str = "f1",
+        fence: str = "f1" * 16,
     ) -> dict[str, Any]:
         return {
             "messageId": f"msg_{run_id}_{stage}_{attempt}",

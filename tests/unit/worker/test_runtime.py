@@ -68,7 +68,7 @@ async def test_acceptance_is_published_before_the_handler_runs(
     assert transport.kinds() == ["accepted", "handler-started", "succeeded"]
     done = transport.of("succeeded")[0]
     assert (done["runId"], done["stage"], done["attempt"], done["fence"]) == (
-        "run_1", "render-thumbnail", 1, "f1",
+        "run_1", "render-thumbnail", 1, "f1" * 16,
     )  # fmt: skip
     assert done["payload"]["views"] == []  # the result contract's default, applied when missing
 
@@ -172,10 +172,10 @@ async def test_cancellation_request_reaches_the_running_attempt(
         return thumbnail()
 
     async with serving(Runtime(worker_with(handler), transport, catalog=catalog)):
-        await send(transport, job(fence="f-live"))
+        await send(transport, job(fence="fe" * 16))
         await started.wait()
         request = {"kind": "request-cancellation", "job_id": "j", "queue": "rendering",
-                   "stage": "render-thumbnail", "attempt": 1, "fence": "f-live"}  # fmt: skip
+                   "stage": "render-thumbnail", "attempt": 1, "fence": "fe" * 16}  # fmt: skip
         await transport.publish(control_queue("rendering"), "c1", json.dumps(request).encode())
         await transport.wait_for("failed")
     failed = transport.of("failed")[0]["payload"]
@@ -207,7 +207,7 @@ async def test_unknown_exceptions_are_retryable_up_to_a_bound(
     runtime = Runtime(worker_with(handler), transport, catalog=catalog, max_crashes=3)
     async with serving(runtime):
         for attempt in (1, 2, 3):
-            await send(transport, job(attempt=attempt, fence=f"f{attempt}"))
+            await send(transport, job(attempt=attempt, fence=f"{attempt:032x}"))
             await transport.wait_for("failed", attempt)
     verdicts = [(d["attempt"], d["payload"]["retryable"]) for d in transport.of("failed")]
     assert verdicts == [(1, True), (2, True), (3, False)]

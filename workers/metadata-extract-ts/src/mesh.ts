@@ -9,7 +9,9 @@
  * Binary or ASCII is decided by size first: a file of exactly `84 + 50·n` bytes, where `n` is the
  * header's triangle count, is binary even when its header starts with `solid` (many exporters do
  * that). Anything else starting with `solid` is parsed as ASCII, strictly, and a mistake names
- * its line. Every refusal is a terminal `corrupt-model`; a file with no triangles is one too.
+ * its line. Every refusal is a terminal `corrupt-model`; so is an STL with no triangles, while an
+ * OBJ of points or lines only measures as a faceless mesh (counts and bounds of its points), as
+ * in the Python worker. OBJ text may be UTF-8 or, with a byte-order mark, UTF-16.
  * Units come from a `units: mm` style comment in the first 4 KiB, as the Python worker reads them.
  */
 
@@ -37,10 +39,17 @@ function corrupt(message: string): WorkFailure {
   return new WorkFailure("corrupt-model", message, false);
 }
 
-export function unitsOf(bytes: Uint8Array): Units {
-  const head = Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.byteLength, 4096)).toString("latin1");
-  const found = UNIT_COMMENT.exec(head);
+export function unitsOf(head: string): Units {
+  const found = UNIT_COMMENT.exec(head.slice(0, 4096));
   return (found && UNIT_WORDS[found[1]!.toLowerCase()]) || "unknown";
+}
+
+/** Text by its byte-order mark: UTF-16 (either order) or UTF-8 (the default). */
+export function decodeText(bytes: Uint8Array): string {
+  const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (b[0] === 0xff && b[1] === 0xfe) return b.subarray(2).toString("utf16le");
+  if (b[0] === 0xfe && b[1] === 0xff) return Buffer.from(b.subarray(2)).swap16().toString("utf16le");
+  return b.toString("utf8").replace(/^\uFEFF/, "");
 }
 
 /** Welds corners by exact position and collects triangles. */
@@ -67,8 +76,9 @@ class Builder {
     this.tris.push(a, b, c);
   }
 
-  finish(format: Format, units: Units): Mesh {
-    if (this.tris.length === 0) throw corrupt("the file holds no triangles");
+  finish(format: Format, units: Units, pointsOnly = false): Mesh {
+    if (this.coords.length === 0) throw corrupt("the file holds no geometry");
+    if (this.tris.length === 0 && !pointsOnly) throw corrupt("the file holds no triangles");
     return { format, units, positions: Float64Array.from(this.coords), faces: Uint32Array.from(this.tris) };
   }
 }
@@ -80,7 +90,7 @@ function isBinaryStl(bytes: Uint8Array): boolean {
 }
 
 export function parseStl(bytes: Uint8Array): Mesh {
-  const units = unitsOf(bytes);
+  const units = unitsOf(Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.byteLength, 4096)).toString("latin1"));
   if (isBinaryStl(bytes)) return parseBinaryStl(bytes, units);
   const start = Buffer.from(bytes.buffer, bytes.byteOffset, Math.min(bytes.byteLength, 512)).toString("latin1");
   if (/^\s*solid\b/.test(start)) return parseAsciiStl(bytes, units);
@@ -127,7 +137,11 @@ function parseAsciiStl(bytes: Uint8Array, units: Units): Mesh {
     if (words.length === 0) continue;
     const word = words[0]!.toLowerCase();
     const line = n + 1;
-    if (ended) throw corrupt(`line ${line}: text after 'endsolid'`);
+    if (ended) {
+      if (word !== "solid") throw corrupt(`line ${line}: expected 'solid' or the end after 'endsolid'`);
+      ended = false; // files holding several solids are one model
+      continue;
+    }
     if (!started) {
       if (word !== "solid") throw corrupt(`line ${line}: expected 'solid'`);
       started = true;
@@ -158,8 +172,9 @@ function parseAsciiStl(bytes: Uint8Array, units: Units): Mesh {
 
 /** OBJ: `v` positions and `f` polygons (`i`, `i/t`, `i//n`, `i/t/n`, negative = relative). */
 export function parseObj(bytes: Uint8Array): Mesh {
-  const units = unitsOf(bytes);
-  const lines = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8").split(/\r?\n/);
+  const text = decodeText(bytes);
+  const units = unitsOf(text);
+  const lines = text.split(/\r?\n/);
   const raw: number[] = [];
   const mesh = new Builder();
   const welded = new Map<number, number>();
@@ -187,6 +202,11 @@ export function parseObj(bytes: Uint8Array): Mesh {
       });
       for (let k = 1; k + 1 < ids.length; k++) mesh.face(ids[0]!, ids[k]!, ids[k + 1]!);
     }
+  }
+  if (welded.size === 0) {
+    // a point cloud or polyline: no faces, its points still have a count and bounds
+    for (let at = 0; at < raw.length; at += 3) mesh.corner(raw[at]!, raw[at + 1]!, raw[at + 2]!, "vertex list");
+    return mesh.finish("obj", units, true);
   }
   return mesh.finish("obj", units);
 }

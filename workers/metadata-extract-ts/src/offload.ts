@@ -41,6 +41,8 @@ export function measureModel(job: MeasureJob, limits: Limits = LIMITS): Promise<
   return new Promise((resolve, reject) => {
     const thread = new Worker(__filename, {
       workerData: job,
+      // moved, not copied (models can be large); buffers this big never share Node's Buffer pool
+      transferList: job.bytes.byteLength >= Buffer.poolSize ? [job.bytes.buffer as ArrayBuffer] : [],
       resourceLimits: { maxOldGenerationSizeMb: limits.memoryMb },
     });
     let settled = false;

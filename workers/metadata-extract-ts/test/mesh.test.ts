@@ -45,6 +45,13 @@ test("ASCII STL and OBJ measure the same cube as binary STL", () => {
   assert.equal(obj.windingConsistent, true);
 });
 
+test("an ASCII STL of several solids is one model; text after them is refused", () => {
+  const two = Buffer.concat([asciiStl(cubeTriangles()), asciiStl(cubeTriangles(1, [4, 0, 0]))]);
+  assert.equal(measure(parseStl(two), "c", true).components, 2);
+  assert.throws(() => parseStl(Buffer.concat([asciiStl(cubeTriangles()), Buffer.from("garbage\n")])),
+    refusedWith("corrupt-model"));
+});
+
 test("a binary STL whose header starts with 'solid' is still binary", () => {
   const m = measure(parseStl(binaryStl(cubeTriangles(), "solid exported-by-cad")), "c", true);
   assert.equal(m.faceCount, 12);
@@ -108,12 +115,49 @@ test("malformed STL is refused as corrupt-model, naming what is wrong", () => {
 
 test("malformed OBJ is refused as corrupt-model", () => {
   assert.throws(() => parseObj(Buffer.from("v 0 0 0\nv 1 0 0\nf 1 2 3\n")), refusedWith("corrupt-model"));
-  assert.throws(() => parseObj(Buffer.from("v 0 0 0\n")), refusedWith("corrupt-model"));
+  assert.throws(() => parseObj(Buffer.from("# nothing\n")), refusedWith("corrupt-model"));
+  assert.throws(() => parseObj(Buffer.from("v 0 0 0\nv 1 0 0\nf 1 2\n")), refusedWith("corrupt-model"));
   assert.throws(() => parseObj(Buffer.from("v 0 x 0\n")), refusedWith("corrupt-model"));
+});
+
+test("an OBJ of points only measures as a faceless mesh; UTF-16 OBJ reads like UTF-8", () => {
+  const m = measure(parseObj(Buffer.from("v 0 0 0\nv 2 1 0\nv 0 0 0\nv 1 1 3\n")), "p", true);
+  assert.equal(m.vertexCount, 3); // welded
+  assert.equal(m.faceCount, 0);
+  assert.equal(m.components, 0);
+  assert.equal(m.watertight, false);
+  assert.equal(m.windingConsistent, false);
+  assert.equal(m.volumeUnavailableReason, "not-watertight");
+  assert.deepEqual(m.bounds.max, { x: 2, y: 1, z: 3 });
+  const text = cubeObj("cm").toString("utf8");
+  const le = Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(text, "utf16le")]);
+  const be = Buffer.concat([Buffer.from([0xfe, 0xff]), Buffer.from(text, "utf16le").swap16()]);
+  const utf8 = measure(parseObj(cubeObj("cm")), "c", true);
+  assert.equal(utf8.units, "cm");
+  assert.deepEqual(measure(parseObj(le), "c", true), utf8);
+  assert.deepEqual(measure(parseObj(be), "c", true), utf8);
 });
 
 test("formats other than STL and OBJ are unsupported", () => {
   assert.equal(formatOf("models/a.STL"), "stl");
   assert.equal(formatOf("a.obj"), "obj");
   assert.throws(() => formatOf("a.ply"), refusedWith("unsupported-format"));
+});
+
+test("triangle order and the starting corner of each triangle change nothing (seeded sweep)", () => {
+  const base = measure(parseStl(binaryStl(cubeTriangles(3, [1, 1, 1]))), "c", true);
+  let seed = 11;
+  const next = (n: number): number => Math.floor(((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31) * n);
+  for (let n = 0; n < 30; n++) {
+    const tris = cubeTriangles(3, [1, 1, 1]).map((t) => {
+      const k = next(3); // rotating a triangle's corners keeps its winding
+      return [t[k], t[(k + 1) % 3], t[(k + 2) % 3]] as Tri;
+    });
+    for (let i = tris.length - 1; i > 0; i--) {
+      const j = next(i + 1);
+      [tris[i], tris[j]] = [tris[j]!, tris[i]!];
+    }
+    const m = measure(parseStl(n % 2 ? asciiStl(tris) : binaryStl(tris)), "c", true);
+    assert.deepEqual(m, base);
+  }
 });

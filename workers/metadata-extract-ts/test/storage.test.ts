@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import * as path from "node:path";
 import { test } from "node:test";
 
-import { extract } from "../src/extract";
+import { checkResult, extract } from "../src/extract";
 import { WorkFailure } from "../src/failure";
 import { resolveObject, StorageMap, validateObjectKey } from "../src/paths";
 import { canonicalJson, jobIdFor, messageIdOf } from "../src/wire";
@@ -89,4 +89,12 @@ test("large models are measured in a thread, with the same answer, and its limit
   writeFileSync(path.join(root, "acme", "models", "bad.stl"), corrupt.subarray(0, corrupt.length - 1));
   await assert.rejects(extract({ modelId: "bad", objectKey: "models/bad.stl" }, "acme", { storage, limits: { threadAboveBytes: 10 } }),
     refusedWith("corrupt-model"));
+});
+
+test("a result that would break technical-metadata@1 is refused as invalid-result", async () => {
+  const good = await extract({ modelId: "cube" }, "acme", { storage: StorageMap.local(store()) });
+  assert.deepEqual(checkResult(good), good);
+  assert.throws(() => checkResult({ ...good, faceCount: -1 }), (e) =>
+    refusedWith("invalid-result")(e) && /faceCount/.test((e as Error).message));
+  assert.throws(() => checkResult({ ...good, extents: { x: 1, y: 1 } } as never), refusedWith("invalid-result"));
 });

@@ -734,6 +734,11 @@ export const CONTRACTS: Record<string, ContractEntry> = {
               "label": {
                 "pattern": "^[a-z0-9][a-z0-9 -]{0,39}$",
                 "type": "string"
+              },
+              "reason": {
+                "description": "Why the tag applies, in plain words.",
+                "maxLength": 200,
+                "type": "string"
               }
             },
             "required": [
@@ -861,6 +866,7 @@ export const CONTRACTS: Record<string, ContractEntry> = {
             "stl",
             "obj",
             "ply",
+            "off",
             "gltf",
             "glb",
             "3mf",

@@ -206,6 +206,10 @@ export interface SemanticAnalysisV1 {
   tags: {
     confidence: number;
     label: string;
+    /**
+     * Why the tag applies, in plain words.
+     */
+    reason?: string;
   }[];
 }
 
@@ -248,7 +252,7 @@ export interface TechnicalMetadataV1 {
     z: number;
   };
   faceCount: number;
-  format: "stl" | "obj" | "ply" | "gltf" | "glb" | "3mf" | "step";
+  format: "stl" | "obj" | "ply" | "off" | "gltf" | "glb" | "3mf" | "step";
   modelId: string;
   surfaceArea: number;
   units: "mm" | "cm" | "m" | "in" | "unknown";

@@ -108,12 +108,12 @@ def analyse(path: str, name: str, limits: Limits) -> dict[str, Any]:
 
 
 def describe(m: dict[str, Any], max_tags: int) -> dict[str, Any]:
-    """Tags with confidences and one reason each (as descriptors) from :func:`analyse` output."""
+    """Tags with confidences and one reason each from :func:`analyse` output."""
     e1, e2, e3 = (max(e, 1e-12) for e in m["extents"])
     tags: list[tuple[str, float, str]] = []
 
     def tag(label: str, confidence: float, reason: str) -> None:
-        tags.append((label, round(min(1.0, max(0.0, confidence)), 3), f"{label}: {reason}"))
+        tags.append((label, round(min(1.0, max(0.0, confidence)), 3), reason[:200]))
 
     elongation, flatness = e1 / e2, e2 / e3
     if elongation >= 2.5:
@@ -174,8 +174,8 @@ def describe(m: dict[str, Any], max_tags: int) -> dict[str, Any]:
     facts = [f"principal extents {e1:.4g} × {e2:.4g} × {e3:.4g}", f"{m['faces']} faces"]
     confidence = (0.9 if m["closed"] else 0.6) * (1.0 if m["faces"] >= 12 else 0.8)
     return {
-        "descriptors": (facts + [reason for _, _, reason in kept])[:32],
-        "tags": [{"label": label, "confidence": c} for label, c, _ in kept],
+        "descriptors": (facts + [f"{label}: {why}" for label, _, why in kept])[:32],
+        "tags": [{"label": label, "confidence": c, "reason": why} for label, c, why in kept],
         "confidence": round(confidence, 3),
         "analyserVersion": ANALYSER_VERSION,
     }
