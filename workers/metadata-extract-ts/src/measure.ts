@@ -11,7 +11,7 @@
  *   otherwise `null` with `volumeUnavailableReason` (`not-requested`, `not-watertight`,
  *   `inconsistent-winding`, checked in that order, as the Python worker does).
  *
- * Numbers that overflow to infinity are refused as `corrupt-model`: the contract's numbers are
+ * Numbers that overflow to infinity are refused as `malformed-model`: the contract's numbers are
  * finite.
  */
 
@@ -122,7 +122,7 @@ export function measure(mesh: Mesh, modelId: string, computeVolume: boolean): Te
   else volume = Math.abs(signed) / 6;
   const extents = [0, 1, 2].map((k) => max[k]! - min[k]!);
   if (![...min, ...max, ...extents, area, volume ?? 0].every(Number.isFinite)) {
-    throw new WorkFailure("corrupt-model", "coordinates are too large to measure (overflow)", false);
+    throw new WorkFailure("malformed-model", "coordinates are too large to measure (overflow)", false);
   }
   const xyz = (v: number[]): Xyz => ({ x: v[0]!, y: v[1]!, z: v[2]! });
   return {

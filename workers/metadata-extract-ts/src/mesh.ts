@@ -9,7 +9,7 @@
  * Binary or ASCII is decided by size first: a file of exactly `84 + 50·n` bytes, where `n` is the
  * header's triangle count, is binary even when its header starts with `solid` (many exporters do
  * that). Anything else starting with `solid` is parsed as ASCII, strictly, and a mistake names
- * its line. Every refusal is a terminal `corrupt-model`; so is an STL with no triangles, while an
+ * its line. Every refusal is a terminal `malformed-model`; so is an STL with no triangles, while an
  * OBJ of points or lines only measures as a faceless mesh (counts and bounds of its points), as
  * in the Python worker. OBJ text may be UTF-8 or, with a byte-order mark, UTF-16.
  * Units come from a `units: mm` style comment in the first 4 KiB, as the Python worker reads them.
@@ -35,8 +35,8 @@ const UNIT_WORDS: Record<string, Units> = {
 };
 const UNIT_COMMENT = /^\s*(?:#|comment)\s*units?\s*[:=]?\s*([a-z]+)\s*$/im;
 
-function corrupt(message: string): WorkFailure {
-  return new WorkFailure("corrupt-model", message, false);
+function malformed(message: string): WorkFailure {
+  return new WorkFailure("malformed-model", message, false);
 }
 
 export function unitsOf(head: string): Units {
@@ -60,7 +60,7 @@ class Builder {
 
   corner(x: number, y: number, z: number, where: string): number {
     if (!Number.isFinite(x) || !Number.isFinite(y) || !Number.isFinite(z)) {
-      throw corrupt(`${where}: a vertex coordinate is NaN or infinite`);
+      throw malformed(`${where}: a vertex coordinate is NaN or infinite`);
     }
     const key = `${x + 0},${y + 0},${z + 0}`; // + 0 folds -0 into 0
     let id = this.index.get(key);
@@ -77,8 +77,8 @@ class Builder {
   }
 
   finish(format: Format, units: Units, pointsOnly = false): Mesh {
-    if (this.coords.length === 0) throw corrupt("the file holds no geometry");
-    if (this.tris.length === 0 && !pointsOnly) throw corrupt("the file holds no triangles");
+    if (this.coords.length === 0) throw malformed("the file holds no geometry");
+    if (this.tris.length === 0 && !pointsOnly) throw malformed("the file holds no triangles");
     return { format, units, positions: Float64Array.from(this.coords), faces: Uint32Array.from(this.tris) };
   }
 }
@@ -96,9 +96,9 @@ export function parseStl(bytes: Uint8Array): Mesh {
   if (/^\s*solid\b/.test(start)) return parseAsciiStl(bytes, units);
   if (bytes.byteLength >= 84) {
     const count = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength).getUint32(80, true);
-    throw corrupt(`binary STL declares ${count} triangles (${84 + 50 * count} bytes) but holds ${bytes.byteLength} bytes`);
+    throw malformed(`binary STL declares ${count} triangles (${84 + 50 * count} bytes) but holds ${bytes.byteLength} bytes`);
   }
-  throw corrupt(`STL of ${bytes.byteLength} bytes is neither binary (84-byte header) nor ASCII ('solid')`);
+  throw malformed(`STL of ${bytes.byteLength} bytes is neither binary (84-byte header) nor ASCII ('solid')`);
 }
 
 function parseBinaryStl(bytes: Uint8Array, units: Units): Mesh {
@@ -119,7 +119,7 @@ function parseBinaryStl(bytes: Uint8Array, units: Units): Mesh {
 
 function number(token: string | undefined, line: number): number {
   const value = token === undefined || token === "" ? NaN : Number(token);
-  if (!Number.isFinite(value)) throw corrupt(`line ${line}: expected a finite number, found ${JSON.stringify(token ?? "")}`);
+  if (!Number.isFinite(value)) throw malformed(`line ${line}: expected a finite number, found ${JSON.stringify(token ?? "")}`);
   return value;
 }
 
@@ -138,24 +138,24 @@ function parseAsciiStl(bytes: Uint8Array, units: Units): Mesh {
     const word = words[0]!.toLowerCase();
     const line = n + 1;
     if (ended) {
-      if (word !== "solid") throw corrupt(`line ${line}: expected 'solid' or the end after 'endsolid'`);
+      if (word !== "solid") throw malformed(`line ${line}: expected 'solid' or the end after 'endsolid'`);
       ended = false; // files holding several solids are one model
       continue;
     }
     if (!started) {
-      if (word !== "solid") throw corrupt(`line ${line}: expected 'solid'`);
+      if (word !== "solid") throw malformed(`line ${line}: expected 'solid'`);
       started = true;
       continue;
     }
     if (step === -1) {
       if (word === "endsolid") { ended = true; continue; }
-      if (word !== "facet") throw corrupt(`line ${line}: expected 'facet' or 'endsolid', found ${JSON.stringify(word)}`);
+      if (word !== "facet") throw malformed(`line ${line}: expected 'facet' or 'endsolid', found ${JSON.stringify(word)}`);
       step = 0;
     } else if (word !== facet[step]) {
-      throw corrupt(`line ${line}: expected '${facet[step]}', found ${JSON.stringify(word)}`);
+      throw malformed(`line ${line}: expected '${facet[step]}', found ${JSON.stringify(word)}`);
     }
     if (word === "vertex") {
-      if (words.length !== 4) throw corrupt(`line ${line}: a vertex needs exactly three coordinates`);
+      if (words.length !== 4) throw malformed(`line ${line}: a vertex needs exactly three coordinates`);
       corners.push(mesh.corner(number(words[1], line), number(words[2], line), number(words[3], line), `line ${line}`));
     }
     step += 1;
@@ -165,8 +165,8 @@ function parseAsciiStl(bytes: Uint8Array, units: Units): Mesh {
       step = -1;
     }
   }
-  if (step !== -1) throw corrupt("the file ends inside a facet");
-  if (!ended) throw corrupt("the file ends without 'endsolid'");
+  if (step !== -1) throw malformed("the file ends inside a facet");
+  if (!ended) throw malformed("the file ends without 'endsolid'");
   return mesh.finish("stl", units);
 }
 
@@ -182,16 +182,16 @@ export function parseObj(bytes: Uint8Array): Mesh {
     const words = lines[n]!.trim().split(/\s+/);
     const line = n + 1;
     if (words[0] === "v") {
-      if (words.length < 4) throw corrupt(`line ${line}: a vertex needs three coordinates`);
+      if (words.length < 4) throw malformed(`line ${line}: a vertex needs three coordinates`);
       raw.push(number(words[1], line), number(words[2], line), number(words[3], line));
     } else if (words[0] === "f") {
-      if (words.length < 4) throw corrupt(`line ${line}: a face needs at least three vertices`);
+      if (words.length < 4) throw malformed(`line ${line}: a face needs at least three vertices`);
       const ids = words.slice(1).map((ref) => {
         const index = Number(ref.split("/")[0]);
         const count = raw.length / 3;
         const at = index < 0 ? count + index : index - 1;
         if (!Number.isInteger(index) || index === 0 || at < 0 || at >= count) {
-          throw corrupt(`line ${line}: face refers to vertex ${JSON.stringify(ref)}, which does not exist`);
+          throw malformed(`line ${line}: face refers to vertex ${JSON.stringify(ref)}, which does not exist`);
         }
         let id = welded.get(at);
         if (id === undefined) {

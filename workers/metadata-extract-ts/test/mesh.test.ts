@@ -49,7 +49,7 @@ test("an ASCII STL of several solids is one model; text after them is refused", 
   const two = Buffer.concat([asciiStl(cubeTriangles()), asciiStl(cubeTriangles(1, [4, 0, 0]))]);
   assert.equal(measure(parseStl(two), "c", true).components, 2);
   assert.throws(() => parseStl(Buffer.concat([asciiStl(cubeTriangles()), Buffer.from("garbage\n")])),
-    refusedWith("corrupt-model"));
+    refusedWith("malformed-model"));
 });
 
 test("a binary STL whose header starts with 'solid' is still binary", () => {
@@ -99,25 +99,25 @@ test("two separate cubes are two components; volume not requested stays null", (
   assert.equal(m.volumeUnavailableReason, "not-requested");
 });
 
-test("malformed STL is refused as corrupt-model, naming what is wrong", () => {
+test("malformed STL is refused as malformed-model, naming what is wrong", () => {
   const whole = binaryStl(cubeTriangles());
-  assert.throws(() => parseStl(whole.subarray(0, whole.length - 7)), refusedWith("corrupt-model"));
+  assert.throws(() => parseStl(whole.subarray(0, whole.length - 7)), refusedWith("malformed-model"));
   assert.throws(() => parseStl(Buffer.from("solid x\n facet normal 0 0 0\n outer loop\n vertex 1 2\n")), (e) =>
-    refusedWith("corrupt-model")(e) && /line 4/.test((e as Error).message));
+    refusedWith("malformed-model")(e) && /line 4/.test((e as Error).message));
   assert.throws(() => parseStl(Buffer.from("solid x\n facet normal 0 0 0\n outer loop\n vertex 1 2 nan\n")),
-    refusedWith("corrupt-model"));
-  assert.throws(() => parseStl(Buffer.from("solid empty\nendsolid empty\n")), refusedWith("corrupt-model"));
-  assert.throws(() => parseStl(Buffer.from("hello")), refusedWith("corrupt-model"));
+    refusedWith("malformed-model"));
+  assert.throws(() => parseStl(Buffer.from("solid empty\nendsolid empty\n")), refusedWith("malformed-model"));
+  assert.throws(() => parseStl(Buffer.from("hello")), refusedWith("malformed-model"));
   const inf = binaryStl([[[0, 0, 0], [1, 0, 0], [0, 1, 0]]]);
   inf.writeFloatLE(Infinity, 84 + 12);
-  assert.throws(() => parseStl(inf), refusedWith("corrupt-model"));
+  assert.throws(() => parseStl(inf), refusedWith("malformed-model"));
 });
 
-test("malformed OBJ is refused as corrupt-model", () => {
-  assert.throws(() => parseObj(Buffer.from("v 0 0 0\nv 1 0 0\nf 1 2 3\n")), refusedWith("corrupt-model"));
-  assert.throws(() => parseObj(Buffer.from("# nothing\n")), refusedWith("corrupt-model"));
-  assert.throws(() => parseObj(Buffer.from("v 0 0 0\nv 1 0 0\nf 1 2\n")), refusedWith("corrupt-model"));
-  assert.throws(() => parseObj(Buffer.from("v 0 x 0\n")), refusedWith("corrupt-model"));
+test("malformed OBJ is refused as malformed-model", () => {
+  assert.throws(() => parseObj(Buffer.from("v 0 0 0\nv 1 0 0\nf 1 2 3\n")), refusedWith("malformed-model"));
+  assert.throws(() => parseObj(Buffer.from("# nothing\n")), refusedWith("malformed-model"));
+  assert.throws(() => parseObj(Buffer.from("v 0 0 0\nv 1 0 0\nf 1 2\n")), refusedWith("malformed-model"));
+  assert.throws(() => parseObj(Buffer.from("v 0 x 0\n")), refusedWith("malformed-model"));
 });
 
 test("an OBJ of points only measures as a faceless mesh; UTF-16 OBJ reads like UTF-8", () => {

@@ -88,7 +88,7 @@ test("large models are measured in a thread, with the same answer, and its limit
   const corrupt = binaryStl(cubeTriangles());
   writeFileSync(path.join(root, "acme", "models", "bad.stl"), corrupt.subarray(0, corrupt.length - 1));
   await assert.rejects(extract({ modelId: "bad", objectKey: "models/bad.stl" }, "acme", { storage, limits: { threadAboveBytes: 10 } }),
-    refusedWith("corrupt-model"));
+    refusedWith("malformed-model"));
 });
 
 test("a result that would break technical-metadata@1 is refused as invalid-result", async () => {
