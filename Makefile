@@ -46,14 +46,14 @@ test: $(STAMP) node test-deps
 check: fmt-check lint typecheck imports codegen-check pytest ts-test bench-smoke
 
 fmt:
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench workers
+	$(BIN)/ruff check --fix src tests bench workers
 
 fmt-check:
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff format --check src tests bench workers
 
 lint:
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench workers
 
 typecheck:
 	$(BIN)/mypy

@@ -15,7 +15,8 @@ Per peer, in the figures:
   budget left out, and why.
 
 Raw per-hop samples go to ``bench/out/samples/<peer>.json`` for the plots. Each peer has a
-measuring budget (``BENCH_PEER_BUDGET_S``, default 35 s full / 30 s smoke) and a hard timeout.
+measuring budget (``BENCH_PEER_BUDGET_S``, default 35 s full / 30 s smoke, times the peer's
+weight: Temporal's runs are slower, so it gets 1.7×) and a hard timeout.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ SAMPLES = Path(__file__).resolve().parent / "out" / "samples"
 def run_peer(name: str, smoke: bool) -> dict[str, Any]:
     peer = next(p for p in PEERS if p.name == name)
     budget = float(os.environ.get("BENCH_PEER_BUDGET_S", "30" if smoke else "35"))
+    budget *= 1.0 if smoke else peer.weight
     SAMPLES.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     try:

@@ -5,8 +5,8 @@
   Accord's per-hop p50 and p99 from the engine benchmark as marked points (the engine reports
   percentiles, not samples) — the same hops, end of one task to start of the next.
 - ``scaling.png``: runs/s against task slots (1, 2, 4) for each peer, and Accord's figures at
-  the slots the engine benchmark reports (``engine.<backend>.scaling.<slots>`` when present,
-  otherwise its 4-slot throughput).
+  slots ``bench_scaling`` measured (``scaling.<backend>.scaling.<slots>``; failing that the
+  engine benchmark's, or its 4-slot throughput).
 
 matplotlib (Agg backend, no display) comes with the ``dev`` extra.
 """
@@ -43,7 +43,11 @@ def _scaling(results: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
         if found:
             series[peer] = found
     for backend in BACKENDS:
-        points = [(s, figure(results, "engine", f"{backend}.scaling.{s}")) for s in (1, 2, 4, 8)]
+        points = [
+            (s, figure(results, "scaling", f"{backend}.scaling.{s}") or
+             figure(results, "engine", f"{backend}.scaling.{s}"))
+            for s in (1, 2, 4, 8)
+        ]  # fmt: skip
         found = [(s, v) for s, v in points if v is not None]
         if not found:
             rate = figure(results, "engine", f"{backend}.runs_per_s")

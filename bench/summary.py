@@ -215,7 +215,19 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(
             f"| {row.name} | " + " | ".join(cells) + f" | {_factor(row.vs_limit)} | {goal} |"
         )
-    lines += ["", "### Peers (same workload, own virtual environments)", "", *peer_table(r)]
+    lines += [
+        "",
+        "Accord's CPU and RSS are as `bench_engine` reports them, from inside the one"
+        " process that runs every benchmark module in turn.",
+        "",
+        "### Peers (same workload, own virtual environments)",
+        "",
+        *peer_table(r),
+        "",
+        "Peers' RSS is the sum of each server or worker process's peak (`VmHWM`); Celery's"
+        " prefork children share pages, so its figure is an upper bound. Peers' CPU counts"
+        " their own processes (Redis's, for Celery, is `celery.broker_cpu_ms_per_run`).",
+    ]
     behind_peer, behind_limit = furthest_behind(table)
     lines.append("")
     if behind_peer is not None:

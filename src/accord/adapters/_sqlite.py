@@ -10,7 +10,16 @@ inside its own ``SAVEPOINT``. A write that raises is rolled back to its savepoin
 gets the error, e.g. a :class:`~accord.errors.ConflictError`); the others commit together, and
 every caller is answered only after that ``COMMIT`` returned, so each write is still atomic and,
 once acknowledged, as durable as ``synchronous`` says. Under concurrency this divides the cost of
-an fsync between many commits; a lone writer sees one transaction per write.
+an fsync between many commits; a lone writer sees one transaction per write. A group first runs
+without savepoints (two statements fewer per write); only if one of its writes fails is it rolled
+back and run again, each write in its savepoint — writes are plain functions of the connection,
+so running one again after a rollback does the same thing.
+
+Leases need not survive a power cut: a write marked ``durable=False`` (a claim) commits in WAL
+mode with ``synchronous=NORMAL`` when nothing else in its group needs more — no fsync of its own.
+It survives a crash of the process (its WAL frames are in the operating system already), and the
+next durable commit's fsync makes it durable too; a power cut can lose only such trailing
+leases, after which the messages or rows are simply offered again.
 
 URL form (shared by the store and the embedded transport)::
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -98,6 +108,7 @@ class _Job:
     write: bool
     done: Callable[[BaseException | None, Any], None]
     outcome: tuple[BaseException | None, Any] = field(default=(None, None))
+    durable: bool = True
 
 
 class Database:
@@ -111,10 +122,14 @@ class Database:
             raise ValueError(f"synchronous={synchronous!r}: expected one of {SYNCHRONOUS}")
         self.path = path
         self.synchronous = sync
+        self._sync_now = sync
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._schemas: set[str] = set()
+        # answers for event loops, gathered on the database thread and handed over with one
+        # wake-up per loop per group: a wake-up costs the loop a self-pipe read and a select
+        self._answers: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
         self._thread = threading.Thread(target=self._serve, name="accord-sqlite", daemon=True)
         self._thread.start()
         self._sync_job(lambda _: self._open(path, sync, busy_timeout_ms), "open", write=False)
@@ -148,6 +163,7 @@ class Database:
             if not job.write:
                 conn = cast(sqlite3.Connection, self._conn)  # None only for the opening job
                 job.done(*self._guard(job, partial(job.fn, conn)))
+                self._wake_callers()
                 continue
             group = [job]
             while len(group) < MAX_GROUP:
@@ -160,6 +176,7 @@ class Database:
                     break
                 group.append(extra)
             self._write_group(group)
+            self._wake_callers()
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -175,6 +192,7 @@ class Database:
     def _write_group(self, group: list[_Job]) -> None:
         conn = self._conn
         assert conn is not None  # opened before any write is queued
+        self._durability(conn, any(job.durable for job in group))
         if len(group) == 1:
             job = group[0]
             job.done(*self._guard(job, partial(write_transaction, conn, job.fn)))
@@ -182,7 +200,13 @@ class Database:
         try:
             conn.execute("BEGIN IMMEDIATE")
             for job in group:
-                job.outcome = self._guard(job, partial(_in_savepoint, conn, job.fn))
+                job.outcome = self._guard(job, partial(job.fn, conn))
+                if job.outcome[0] is not None:  # undo the lot; again, each in its savepoint
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+                    for each in group:
+                        each.outcome = self._guard(each, partial(_in_savepoint, conn, each.fn))
+                    break
             conn.execute("COMMIT")
         except sqlite3.Error as exc:  # the group as a whole failed: nobody's write landed
             if conn.in_transaction:
@@ -192,6 +216,23 @@ class Database:
             return
         for job in group:
             job.done(*job.outcome)
+
+    def _wake_callers(self) -> None:
+        answers, self._answers = self._answers, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
+        for loop, answer in answers:
+            by_loop.setdefault(loop, []).append(answer)
+        for loop, batch in by_loop.items():
+            if not loop.is_closed():
+                # closed in the meantime: nobody is waiting any more
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_answer_all, batch)
+
+    def _durability(self, conn: sqlite3.Connection, durable: bool) -> None:
+        wanted = self.synchronous if durable or self.synchronous in ("NORMAL", "OFF") else "NORMAL"
+        if wanted != self._sync_now:
+            conn.execute(f"PRAGMA synchronous = {wanted}")
+            self._sync_now = wanted
 
     # ---- the event loop's side --------------------------------------------------------------
 
@@ -211,7 +252,13 @@ class Database:
         return future.result()
 
     async def _async_job(
-        self, fn: Callable[[sqlite3.Connection], T], what: str, kind: Kind, *, write: bool
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        what: str,
+        kind: Kind,
+        *,
+        write: bool,
+        durable: bool = True,
     ) -> T:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -221,10 +268,12 @@ class Database:
                 future.set_exception(exc) if exc is not None else future.set_result(result)
 
         def done(exc: BaseException | None, result: Any) -> None:
-            if not loop.is_closed():
+            if threading.get_ident() == self._thread.ident:
+                self._answers.append((loop, partial(settle, exc, result)))
+            elif not loop.is_closed():
                 loop.call_soon_threadsafe(settle, exc, result)
 
-        self._submit(_Job(fn, what, kind, write, done))
+        self._submit(_Job(fn, what, kind, write, done, durable=durable))
         return await future
 
     async def read(
@@ -234,10 +283,16 @@ class Database:
         return await self._async_job(fn, what, kind, write=False)
 
     async def write(
-        self, fn: Callable[[sqlite3.Connection], T], what: str, kind: Kind = "store"
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        what: str,
+        kind: Kind = "store",
+        *,
+        durable: bool = True,
     ) -> T:
-        """Run ``fn`` atomically in a write transaction (possibly grouped, see above)."""
-        return await self._async_job(fn, what, kind, write=True)
+        """Run ``fn`` atomically in a write transaction (possibly grouped, see above);
+        ``durable=False`` for a lease, which may skip its own fsync (see above)."""
+        return await self._async_job(fn, what, kind, write=True, durable=durable)
 
     def ensure_schema(self, schema: str) -> None:
         """Create tables once per connection (idempotent DDL; safe across processes)."""
@@ -254,6 +309,11 @@ class Database:
 
     async def close(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.close_sync)
+
+
+def _answer_all(batch: list[Callable[[], None]]) -> None:
+    for answer in batch:
+        answer()
 
 
 def _in_savepoint(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -16,8 +16,9 @@ the machine records without a second release (I2).
 A delivery intake cannot read is never dropped silently: it is quarantined with its reason on
 ``<queue>.quarantine`` (and counted) and then acknowledged. Results are checked against their
 contracts by the engine's result hooks (:mod:`accord.engine.checks`), where the plan is known.
-``deliver`` answers whether a run took the event; an outcome for a run that does not exist is
-quarantined too.
+``deliver(event, delivery)`` answers ``None`` when no run took the event (an outcome for a run
+that does not exist is quarantined too), ``True`` when its commit also acknowledged the delivery
+(the queue shares the store's database), else ``False`` and intake acknowledges it.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Intake:
     def __init__(
         self,
         transport: Transport,
-        deliver: Callable[[Event], Awaitable[bool]],
+        deliver: Callable[[Event, Delivery], Awaitable[bool | None]],
         *,
         queue: str = OUTCOMES_QUEUE,
     ) -> None:
@@ -136,10 +137,12 @@ class Intake:
         except MalformedOutcome as exc:
             await self._quarantine(delivery, str(exc))
             return None
-        if not await self._deliver(event):
+        taken = await self._deliver(event, delivery)
+        if taken is None:
             await self._quarantine(delivery, f"no run {event.run_id!r}")
             return None
-        await self._transport.ack(delivery)
+        if not taken:  # not settled by the commit itself (see accord.engine.joint)
+            await self._transport.ack(delivery)
         self.processed += 1
         return event
 

@@ -26,7 +26,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -45,10 +45,11 @@ from accord.engine.events import (
     TimerFired,
 )
 from accord.engine.intake import OUTCOMES_QUEUE, Intake
+from accord.engine.joint import JointQueue, split_outbox
 from accord.engine.lifecycle import Loops
 from accord.engine.outbox import build_commit
 from accord.engine.plans import PlanBook
-from accord.engine.ports import Clock, Store, Transport
+from accord.engine.ports import Clock, Commit, Delivery, Store, Transport
 from accord.engine.reconciler import Reconciler, ReconcileReport
 from accord.engine.runcache import RunCache
 from accord.engine.stamping import stamp
@@ -108,6 +109,9 @@ class Engine:
         self._retries = conflict_retries
         self.observers: list[Observer] = list(observers)
         self._dispatch = dispatch  # False: leave the outbox to the engine processes' sweep
+        # a queue in the store's own database takes jobs and acks inside the commit (joint.py)
+        shared = isinstance(transport, JointQueue) and transport.shares_database(store)
+        self._joint: JointQueue | None = transport if shared and dispatch else None  # type: ignore[assignment]
         self.plans = PlanBook(store)
         self.runs = RunCache(cache_size)
         self.capabilities = Capabilities(store, clock, self.registry, self.owner)
@@ -200,18 +204,24 @@ class Engine:
 
     async def deliver(self, event: Event) -> Delivered:
         """Load → apply → commit → hand off, for one event (see the module docstring)."""
+        return (await self._deliver(event, ()))[0]
+
+    async def _deliver(self, event: Event, acked: Sequence[Delivery]) -> tuple[Delivered, bool]:
         event = self.stamp(event)
         self._inflight += 1
         self._idle.clear()
         try:
             async with self.runs.lock(event.run_id):
-                return await self._deliver_locked(event)
+                return await self._deliver_locked(event, acked)
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
 
-    async def _deliver_locked(self, event: Event) -> Delivered:
+    async def _deliver_locked(
+        self, event: Event, acked: Sequence[Delivery]
+    ) -> tuple[Delivered, bool]:
+        """The delivery and whether its commit also acknowledged ``acked`` (joint commits)."""
         run_id = event.run_id
         fired = event.timer_id if isinstance(event, TimerFired) else None
         for attempt in range(self._retries):
@@ -221,38 +231,50 @@ class Engine:
                 version, run = await self._current(run_id, fresh=attempt > 0)
             digest = run.plan_digest if run else getattr(event, "plan_digest", "")
             if not digest:
-                return Delivered(run_id, version, None, (), ())  # no such run: nothing to do
+                return Delivered(run_id, version, None, (), ()), False  # no such run
             plan = await self.plan(digest)
             if run is not None and self.result_checks and isinstance(event, StageSucceeded):
                 event = run_result_checks(self.result_checks, plan, run, event)
             t = machine.apply(plan, run, event)
             if t.run is None or (not t.history and not t.effects and fired is None):
-                return Delivered(run_id, version, run, tuple(t.effects), tuple(t.history))
+                return Delivered(run_id, version, run, tuple(t.effects), tuple(t.history)), False
             new = t.run
             commit = build_commit(
                 run_id,
                 expected_version=version,
-                state=new.to_json(),
+                state=new.encoded(),
                 history=[h.to_json() for h in t.history],
                 effects=t.effects,
                 now_ms=self.clock.now_ms(),
                 index={"status": new.status, "workflow": new.workflow, "tenant": new.tenant},
                 fired_timer=fired,
             )
+            if self._dispatch and not self.dispatcher.has_sink:
+                # nobody here would read them: the dispatcher would mark them done unseen
+                commit = _without_telemetry(commit)
+            riders = None
+            if self._joint is not None:
+                commit, riders = split_outbox(commit, self._joint, acked)
             try:
-                new_version = await self.store.commit(commit)
+                if riders is None:
+                    new_version = await self.store.commit(commit)
+                else:  # the store shares the queue's database: see JointQueue
+                    new_version = await self.store.commit(commit, riders.ops)  # type: ignore[call-arg]
             except ConflictError:
                 self.conflicts += 1
                 self.runs.forget(run_id)
                 continue
             self.transitions += 1
             self.runs.remember(run_id, new_version, new)
+            if riders is not None:
+                assert self._joint is not None
+                self._joint.riders_committed(riders.queues, riders.acked)
             if self._dispatch:
-                await self.dispatcher.dispatch(commit.outbox)
+                await self.dispatcher.dispatch(commit.outbox, inline=riders.inline if riders else 0)
             done = Delivered(run_id, new_version, new, tuple(t.effects), tuple(t.history))
             for observe in self.observers:
                 observe(done)
-            return done
+            return done, riders is not None and bool(riders.acked)
         raise EngineError(f"run {run_id}: gave up after {self._retries} conflicting commits")
 
     async def _current(self, run_id: str, *, fresh: bool) -> tuple[int, RunState | None]:
@@ -266,8 +288,10 @@ class Engine:
         self.runs.remember(run_id, stored.version, run)
         return stored.version, run
 
-    async def _deliver_outcome(self, event: Event) -> bool:
-        return (await self.deliver(event)).run is not None
+    async def _deliver_outcome(self, event: Event, delivery: Delivery) -> bool | None:
+        """For intake: ``None`` if no run took it, else whether the commit acknowledged it."""
+        done, acked = await self._deliver(event, (delivery,) if self._joint else ())
+        return None if done.run is None else acked
 
     async def _idle_wait(self) -> None:
         await self._idle.wait()
@@ -323,3 +347,8 @@ class Engine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _without_telemetry(commit: Commit) -> Commit:
+    kept = tuple(e for e in commit.outbox if e.topic != "telemetry")
+    return commit if len(kept) == len(commit.outbox) else replace(commit, outbox=kept)

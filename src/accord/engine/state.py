@@ -13,10 +13,18 @@ read-only for the same reason.
 
 ``to_json``/``from_json`` are an exact round trip: ``RunState.from_json(r.to_json()) == r``.
 Tuples become lists in JSON and lists become tuples again on the way back.
+
+:meth:`RunState.canonical_text` is ``canonical_json(r.to_json())`` as text, built from each
+stage's canonical text, which a stage computes once and keeps (records are values, and
+:func:`evolve` drops the kept text from the copy it changes): a transition that touches one stage
+re-encodes one stage, not the whole record. :class:`EncodedDoc` carries that text next to the
+JSON document, so a store writes it without encoding the document again.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
@@ -26,6 +34,7 @@ __all__ = [
     "ACTIVE_STAGE",
     "RUN_TERMINAL",
     "AttemptState",
+    "EncodedDoc",
     "HistoryEntry",
     "RunState",
     "StageState",
@@ -45,9 +54,44 @@ def evolve(record: _R, **changes: Any) -> _R:
     valid, so copying its attribute dict is enough — several times faster on the hot path."""
     assert changes.keys() <= record.__dict__.keys(), f"unknown field in {sorted(changes)}"
     new = object.__new__(type(record))
-    new.__dict__.update(record.__dict__)
-    new.__dict__.update(changes)
+    state = new.__dict__
+    state.update(record.__dict__)
+    state.update(changes)
+    state.pop(_TEXT, None)  # the kept canonical text describes the record it was made from
     return new
+
+
+_TEXT = "_canonical_text"
+
+
+class EncodedDoc(dict[str, Any]):
+    """A JSON document with its canonical text (``canonical_json(doc)`` decoded) attached."""
+
+    __slots__ = ("canonical",)
+
+    def __init__(self, doc: Mapping[str, Any], canonical: str) -> None:
+        super().__init__(doc)
+        self.canonical = canonical
+
+
+# canonical_json's settings, in one encoder made once: most of the cost of encoding a small
+# document is building the encoder
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def _text(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
+@functools.lru_cache(maxsize=4096)  # stage names: a plan's few, reused by every run
+def _key(name: str) -> str:
+    return _ENCODER.encode(name)
+
+
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +111,8 @@ class AttemptState:
     finished_at_ms: int | None = None
 
     def to_json(self) -> JsonDict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        d = self.__dict__
+        return {n: d[n] for n in _ATTEMPT_FIELDS}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> AttemptState:
@@ -94,9 +139,17 @@ class StageState:
         return self.attempts[-1] if self.attempts else None
 
     def to_json(self) -> JsonDict:
-        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = self.__dict__
+        doc = {n: d[n] for n in _STAGE_FIELDS}
         doc["attempts"] = [a.to_json() for a in self.attempts]
         return doc
+
+    def canonical_text(self) -> str:
+        """``canonical_json(self.to_json())`` as text, computed once per record."""
+        text: str | None = self.__dict__.get(_TEXT)
+        if text is None:
+            text = self.__dict__[_TEXT] = _text(self.to_json())
+        return text
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> StageState:
@@ -139,15 +192,36 @@ class RunState:
         return self.status in RUN_TERMINAL
 
     def to_json(self) -> JsonDict:
-        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        doc = self._top()
+        doc["stages"] = {name: s.to_json() for name, s in self.stages.items()}
+        return {n: doc[n] for n in _RUN_FIELDS}
+
+    def _top(self) -> JsonDict:
+        """Every field but ``stages``, as JSON."""
+        d = self.__dict__
+        doc = {n: d[n] for n in _RUN_FIELDS if n != "stages"}
         doc["contracts"] = dict(self.contracts)
         doc["context"] = dict(self.context)
-        doc["stages"] = {name: s.to_json() for name, s in self.stages.items()}
         doc["join_arrivals"] = {j: list(b) for j, b in self.join_arrivals.items()}
         doc["branch_states"] = dict(self.branch_states)
         for name in _TUPLES:
             doc[name] = list(doc[name])
         return doc
+
+    def canonical_text(self) -> str:
+        """``canonical_json(self.to_json())`` as text, re-encoding only stages not yet encoded."""
+        top = self._top()
+        before = _text({k: v for k, v in top.items() if k < "stages"})
+        after = _text({k: v for k, v in top.items() if k > "stages"})
+        stages = ",".join(
+            f"{_key(name)}:{self.stages[name].canonical_text()}" for name in sorted(self.stages)
+        )
+        parts = [p for p in (before[1:-1], f'"stages":{{{stages}}}', after[1:-1]) if p]
+        return "{" + ",".join(parts) + "}"
+
+    def encoded(self) -> EncodedDoc:
+        """:meth:`to_json` with :meth:`canonical_text` attached."""
+        return EncodedDoc(self.to_json(), self.canonical_text())
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RunState:
@@ -173,8 +247,16 @@ class HistoryEntry:
     note: str = ""
 
     def to_json(self) -> JsonDict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            "seq": self.seq, "at_ms": self.at_ms, "event": self.event,
+            "accepted": self.accepted, "reason": self.reason, "note": self.note,
+        }  # fmt: skip
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> HistoryEntry:
         return cls(**doc)
+
+
+_ATTEMPT_FIELDS = _names(AttemptState)
+_STAGE_FIELDS = _names(StageState)
+_RUN_FIELDS = _names(RunState)

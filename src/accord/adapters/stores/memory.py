@@ -19,6 +19,7 @@ from typing import Any
 from accord.adapters import _store_rules as rules
 from accord.adapters.clock import SystemClock
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
+from accord.engine.state import EncodedDoc
 from accord.errors import ConflictError, ImmutableArtefactError, StoreError
 
 __all__ = ["MemoryStore"]
@@ -65,7 +66,7 @@ class MemoryStore:
     async def commit(self, commit: Commit) -> int:
         rules.check_commit(commit)
         now = self.clock.now_ms()
-        state = rules.dump(commit.state, "state")
+        state = _encoded(commit.state)
         history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
         outbox = [
             (e.entry_id, e.run_id, e.topic, rules.dump(e.payload, f"outbox[{i}].payload"),
@@ -192,3 +193,8 @@ class MemoryStore:
 
     async def close(self) -> None:
         return None
+
+
+def _encoded(state: dict[str, Any]) -> str:
+    """The state's canonical text: the one it carries (see EncodedDoc), else encoded here."""
+    return state.canonical if isinstance(state, EncodedDoc) else rules.dump(state, "state")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from accord.adapters import _store_rules as rules
@@ -27,6 +27,7 @@ from accord.adapters._sqlite import Database, parse_sqlite_url
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.sqlite_catalog import SqliteCatalog
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
+from accord.engine.state import EncodedDoc
 from accord.errors import ConflictError
 
 __all__ = ["SCHEMA", "SqliteStore"]
@@ -113,10 +114,14 @@ class SqliteStore(SqliteCatalog):
 
         return await self.db.read(read, "load")
 
-    async def commit(self, commit: Commit) -> int:
+    async def commit(
+        self, commit: Commit, riders: Sequence[Callable[[sqlite3.Connection], object]] = ()
+    ) -> int:
+        """The atomic step; ``riders`` (queue writes of a transport on this same database, see
+        :mod:`accord.engine.joint`) run inside the same transaction, after the CAS succeeded."""
         rules.check_commit(commit)
         now = self.clock.now_ms()
-        state = rules.dump(commit.state, "state")
+        state = _encoded(commit.state)
         history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
         outbox = [
             (e.entry_id, e.run_id, e.topic, rules.dump(e.payload, f"outbox[{i}].payload"),
@@ -160,6 +165,8 @@ class SqliteStore(SqliteCatalog):
                 conn.executemany(_CANCEL_TIMER, [(t,) for t in commit.timers_cancel])
             if timers:
                 conn.executemany(_UPSERT_TIMER, timers)
+            for ride in riders:
+                ride(conn)
             return expected + 1
 
         return await self.db.write(body, "commit")
@@ -184,7 +191,7 @@ class SqliteStore(SqliteCatalog):
             timers = [Timer(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
             return sorted(timers, key=lambda t: (t.due_at_ms, t.timer_id))
 
-        return await self.db.write(claim, "claim_timers")
+        return await self.db.write(claim, "claim_timers", durable=False)
 
     async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
         now = self.clock.now_ms()
@@ -199,7 +206,7 @@ class SqliteStore(SqliteCatalog):
             rows.sort()
             return [OutboxEntry(r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
 
-        return await self.db.write(claim, "claim_outbox")
+        return await self.db.write(claim, "claim_outbox", durable=False)
 
     async def outbox_done(self, entry_ids: Sequence[str]) -> None:
         ids = [(e,) for e in entry_ids]
@@ -212,3 +219,8 @@ class SqliteStore(SqliteCatalog):
     async def close(self) -> None:
         if self._owns_db:
             await self.db.close()
+
+
+def _encoded(state: dict[str, Any]) -> str:
+    """The state's canonical text: the one it carries (see EncodedDoc), else encoded here."""
+    return state.canonical if isinstance(state, EncodedDoc) else rules.dump(state, "state")

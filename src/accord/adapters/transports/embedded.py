@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from accord.adapters import _store_rules
 from accord.adapters._sqlite import Database, parse_sqlite_url
 from accord.adapters.transports._base import QueueOptions, QueueTransport
 from accord.engine.ports import Clock, Delivery
+from accord.errors import TransportError
 
 __all__ = ["SCHEMA", "EmbeddedTransport"]
 
@@ -96,9 +97,52 @@ class EmbeddedTransport(QueueTransport):
         return cls(db, clock, QueueOptions.from_query(opts.items(), delivery_limits))
 
     async def _publish(self, queue: str, message_id: str, body: bytes, avail_at: int) -> None:
+        await self.db.write(
+            self.publish_rider(queue, message_id, body, avail_at), "publish", "transport"
+        )
+
+    # ---- riders: queue writes run inside another write transaction on the same database ----
+
+    def shares_database(self, store: object) -> bool:
+        """Whether ``store`` commits on this queue's own connection (see accord.engine.joint)."""
+        return getattr(store, "db", None) is self.db
+
+    def publish_rider(
+        self, queue: str, message_id: str, body: bytes, avail_at: int | None = None
+    ) -> Callable[[sqlite3.Connection], object]:
         now = self.clock.now_ms()
-        args = (queue, message_id, body, avail_at, now, now - self.options.dedup_ms)
-        await self.db.write(lambda c: c.execute(_PUBLISH, args), "publish", "transport")
+        at = now if avail_at is None else avail_at
+        args = (queue, message_id, body, at, now, now - self.options.dedup_ms)
+        return lambda c: c.execute(_PUBLISH, args)
+
+    def ack_rider(
+        self, delivery: Delivery, now: int | None = None
+    ) -> Callable[[sqlite3.Connection], object]:
+        now = self.clock.now_ms() if now is None else now
+        if self.options.dedup_ms:
+            sql = "UPDATE accord_queue SET state = 1, settled_at = ?, body = X'', receipt = NULL "
+            args: tuple[Any, ...] = (now, delivery.queue, delivery.message_id, delivery.receipt)
+        else:
+            sql = "DELETE FROM accord_queue "
+            args = (delivery.queue, delivery.message_id, delivery.receipt)
+        return lambda c: c.execute(sql + _SETTLED, args)
+
+    def riders_committed(self, queues: Iterable[str], acked: Iterable[Delivery]) -> None:
+        for delivery in acked:
+            self._release(delivery)
+        for queue in dict.fromkeys(queues):
+            self._wake(queue)
+
+    async def publish_and_ack(
+        self, queue: str, message_id: str, body: bytes, delivery: Delivery
+    ) -> None:
+        """Publish an answer and settle the delivery it answers in one transaction."""
+        self._check_open()
+        if not queue or not message_id:
+            raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
+        publish, ack = self.publish_rider(queue, message_id, bytes(body)), self.ack_rider(delivery)
+        await self.db.write(lambda c: (publish(c), ack(c)), "publish_and_ack", "transport")
+        self.riders_committed((queue,), (delivery,))
 
     async def _claim(self, queue: str, n: int, now: int) -> list[Delivery]:
         limit = self.options.limit(queue)
@@ -125,16 +169,10 @@ class EmbeddedTransport(QueueTransport):
                 if live or not rows:
                     return live
 
-        return await self.db.write(claim, "claim", "transport")
+        return await self.db.write(claim, "claim", "transport", durable=False)
 
     async def _ack(self, delivery: Delivery, now: int) -> None:
-        if self.options.dedup_ms:
-            sql = "UPDATE accord_queue SET state = 1, settled_at = ?, body = X'', receipt = NULL "
-            args: tuple[Any, ...] = (now, delivery.queue, delivery.message_id, delivery.receipt)
-        else:
-            sql = "DELETE FROM accord_queue "
-            args = (delivery.queue, delivery.message_id, delivery.receipt)
-        await self.db.write(lambda c: c.execute(sql + _SETTLED, args), "ack", "transport")
+        await self.db.write(self.ack_rider(delivery, now), "ack", "transport")
 
     async def _nack(self, delivery: Delivery, now: int, delay_ms: int) -> None:
         limit = self.options.limit(delivery.queue)
