@@ -23,7 +23,6 @@ from pathlib import Path
 from scale_out_support import FaultyTransport, noop_actions, noop_worker
 
 from accord.adapters import open_transport
-from accord.engine.orchestrator import Engine
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.runtime import Runtime
 from accord.workflow.plan import Plan
@@ -37,14 +36,14 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def engine_main(  # noqa: PLR0913, PLR0917 - one positional per command-line argument
+async def engine_main(  # noqa: PLR0917 - one positional per command-line argument
     store: str, transport: str, plan_path: str, owner: str, count: str, prefix: str, go: str
 ) -> None:
+    from accord.engine.orchestrator import Engine  # here: workers restart faster without it
+
     stop = _stop_on_signals()
     plan = Plan.from_json(json.loads(Path(plan_path).read_text()))
-    engine = Engine.from_urls(
-        store, transport, actions=noop_actions(), owner=owner, poll_ms=20, grace_ms=2_000
-    )
+    engine = Engine.from_urls(store, transport, actions=noop_actions(), owner=owner, poll_ms=20)
     await engine.register_plan(plan)
     await engine.start()
     print("ready", flush=True)
@@ -62,7 +61,7 @@ async def engine_main(  # noqa: PLR0913, PLR0917 - one positional per command-li
     print(json.dumps(stats), flush=True)
 
 
-async def worker_main(  # noqa: PLR0913, PLR0917
+async def worker_main(  # noqa: PLR0917
     transport: str, marks_redis: str, marks: str, seed: str, state: str, slots: str
 ) -> None:
     stop = _stop_on_signals()

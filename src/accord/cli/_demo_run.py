@@ -2,7 +2,10 @@
 
 Models are copied into the tenant's object store under ``models/<modelId>.<ext>`` (the key the
 workers and the cache lookup resolve from a bare ``modelId``), one run is started per model, and
-the live table is redrawn from the store until every run is terminal.
+the live table is redrawn from the store until every run is terminal. The store and transport
+are the embedded SQLite file in the state directory unless ``store``/``transport`` name others
+(Redis with BullMQ or RabbitMQ): the same engine, actions and workers then talk through the real
+store and broker, each worker on its own connection, as they would from separate processes.
 """
 
 from __future__ import annotations
@@ -39,7 +42,14 @@ def _ingest(objects: Path, tenant: str, models: list[tuple[str, Path]]) -> None:
 
 
 async def run_demo(
-    ws: Workspace, models: list[tuple[str, Path]], state: Path, tenant: str, *, quiet: bool
+    ws: Workspace,
+    models: list[tuple[str, Path]],
+    state: Path,
+    tenant: str,
+    *,
+    quiet: bool,
+    store: str | None = None,
+    transport: str | None = None,
 ) -> list[dict[str, Any]]:
     catalog = load_catalog(ws.sources)
     workflow = ws.root / "workflows" / "model-ingest.yaml"
@@ -48,12 +58,14 @@ async def run_demo(
     objects = state / "objects"
     await asyncio.to_thread(_ingest, objects, tenant, models)
     workers = reference_workers(ws.root)
-    url = f"sqlite:///{state / 'accord.db'}"
+    url = store or f"sqlite:///{state / 'accord.db'}"
     services = {"storage": StorageMap.local(objects)}
     if not quiet:
         console.print(f"workflow [bold]{plan.name}@{plan.version}[/bold] compiled: {plan.digest}")
     started = time.perf_counter()
-    async with ingest_stack(url, plan, catalog, workers, state=state, services=services) as stack:
+    async with ingest_stack(
+        url, plan, catalog, workers, state=state, services=services, transport=transport
+    ) as stack:
         engine = stack.engine
         if not quiet:
             live = await engine.live_capabilities()
@@ -89,11 +101,13 @@ async def run_demo(
         hits = sum(r["route"] == "cache hit" for r in rows)
         console.print(summary_table(rows, f"{len(rows)} models in {elapsed:.1f} s, {hits} from "
                                           "the cache"))  # fmt: skip
-        _where(state, objects, tenant, hits, len(rows))
+        _where(state, objects, tenant, hits, len(rows), store)
     return rows
 
 
-def _where(state: Path, objects: Path, tenant: str, hits: int, total: int) -> None:
+def _where(  # noqa: PLR0917 - the report's parts
+    state: Path, objects: Path, tenant: str, hits: int, total: int, store: str | None
+) -> None:
     here = Path.cwd()
 
     def show(p: Path) -> str:
@@ -104,6 +118,7 @@ def _where(state: Path, objects: Path, tenant: str, hits: int, total: int) -> No
     console.print(f"  stage result cache     {show(state / 'cache')}")
     console.print(f"  catalogue (SQLite)     {show(state / 'catalogue.db')}")
     console.print(f"  audit log (SQLite)     {show(state / 'audit.db')}")
-    console.print(f"  runs and history       {show(state / 'accord.db')}  (accord runs …)")
+    runs = store or show(state / "accord.db")
+    console.print(f"  runs and history       {runs}  (accord runs … --store …)")
     if hits < total:
         console.print("run [bold]accord demo[/bold] again: the same models come from the cache.")

@@ -3,8 +3,9 @@
 1. contracts — lint every source, diff ``thumbnail-generation-request`` 1 → 2, publish
    (idempotently: published versions are verified unchanged, never rewritten), generate bindings;
 2. workflow — compile ``workflows/model-ingest.yaml`` against the contracts and activate it;
-3. fleet — start the engine (SQLite store and embedded queue in ``.accord/demo/accord.db``), the
-   platform actions and the three reference workers in-process, each announcing its capability;
+3. fleet — start the engine (SQLite store and embedded queue in ``.accord/demo/accord.db``, or
+   ``--store redis://… --transport bullmq://…|amqp://…``), the platform actions and the three
+   reference workers in-process, each announcing its capability;
 4. ingest — copy each model of ``examples/models`` (or ``--models DIR``) into the object store
    and start one run per model, showing runs and stages live;
 5. report — one row per model (route, stage durations, key metadata, thumbnail path), and where
@@ -112,9 +113,17 @@ def demo(
     tenant: Annotated[str, typer.Option("--tenant", help="Tenant of the runs.")] = "demo",
     contracts_only: Annotated[bool, typer.Option("--contracts-only")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    *,
+    store: Annotated[str | None, typer.Option("--store", help="Store URL (redis://…).")] = None,
+    transport: Annotated[
+        str | None, typer.Option("--transport", help="Transport URL (bullmq://…, amqp://…).")
+    ] = None,
 ) -> None:
     """Contracts, then the model-ingest workflow over real models, live; run again to hit the
     cache."""
+    if (store is None) != (transport is None):
+        console.print("[red]demo stopped:[/red] --store and --transport go together")
+        raise typer.Exit(EXIT_USAGE)
     ws = workspace()
     folder = models or ws.root / "examples" / "models"
     found: list[tuple[str, Path]] = []
@@ -141,7 +150,15 @@ def demo(
 
     try:
         rows = asyncio.run(
-            run_demo(ws, found, state or ws.root / ".accord" / "demo", tenant, quiet=json_out)
+            run_demo(
+                ws,
+                found,
+                state or ws.root / ".accord" / "demo",
+                tenant,
+                quiet=json_out,
+                store=store,
+                transport=transport,
+            )
         )
     except AccordError as exc:
         print_diagnostics(getattr(exc, "diagnostics", ()))

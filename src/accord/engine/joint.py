@@ -9,7 +9,8 @@ event it produced. Both then become one atomic step:
   outbox completeness (I7) holds with no outbox row, no publish after the commit and no
   done-mark — three writes fewer per job, and no window for a crash between commit and publish;
 - *acknowledge with the commit*: the outcome is settled exactly when its event is durable, so a
-  crash can neither lose the event nor redeliver an outcome that was already folded in.
+  crash can neither lose the event nor redeliver an outcome that was already folded in; and such
+  a commit that sends nothing out need not wait for its own fsync (:meth:`Riders.durable`).
 
 The transport offers *riders* — opaque operations the store runs inside the commit — through the
 :class:`JointQueue` protocol; the shell never sees a connection. Other entries (actions,
@@ -57,6 +58,14 @@ class Riders:
     @property
     def inline(self) -> int:
         return len(self.queues)
+
+    def durable(self, commit: Commit) -> bool:
+        """Whether the commit needs its own fsync. Not when it settles the delivery that carried
+        its event and sends nothing out (no message, no outbox entry): lost in a power cut, it
+        goes together with that acknowledgement, the delivery comes again and the event is
+        applied again — nothing outside the database saw it. The next durable commit's sync
+        makes it durable anyway (the log is written in order)."""
+        return not self.acked or bool(self.queues) or bool(commit.outbox)
 
 
 def split_outbox(

@@ -246,7 +246,7 @@ class Engine:
                 history=[h.to_json() for h in t.history],
                 effects=t.effects,
                 now_ms=self.clock.now_ms(),
-                index={"status": new.status, "workflow": new.workflow, "tenant": new.tenant},
+                index=_index(run, new),
                 fired_timer=fired,
             )
             if self._dispatch and not self.dispatcher.has_sink:
@@ -259,7 +259,9 @@ class Engine:
                 if riders is None:
                     new_version = await self.store.commit(commit)
                 else:  # the store shares the queue's database: see JointQueue
-                    new_version = await self.store.commit(commit, riders.ops)  # type: ignore[call-arg]
+                    new_version = await self.store.commit(  # type: ignore[call-arg]
+                        commit, riders.ops, durable=new.terminal or riders.durable(commit)
+                    )  # an end is always synced: readers act on it
             except ConflictError:
                 self.conflicts += 1
                 self.runs.forget(run_id)
@@ -347,6 +349,17 @@ class Engine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _index(old: RunState | None, new: RunState) -> dict[str, str]:
+    """The searchable columns that change (a key left out keeps its value; unchanged ones are
+    left out so the store need not touch their indexes)."""
+    if old is None:
+        return {"status": new.status, "workflow": new.workflow, "tenant": new.tenant}
+    changed = {"status": new.status} if new.status != old.status else {}
+    if new.workflow != old.workflow or new.tenant != old.tenant:  # never, but stay exact
+        changed |= {"workflow": new.workflow, "tenant": new.tenant}
+    return changed
 
 
 def _without_telemetry(commit: Commit) -> Commit:

@@ -17,17 +17,18 @@ Tuples become lists in JSON and lists become tuples again on the way back.
 :meth:`RunState.canonical_text` is ``canonical_json(r.to_json())`` as text, built from each
 stage's canonical text, which a stage computes once and keeps (records are values, and
 :func:`evolve` drops the kept text from the copy it changes): a transition that touches one stage
-re-encodes one stage, not the whole record. :class:`EncodedDoc` carries that text next to the
-JSON document, so a store writes it without encoding the document again.
+re-encodes one stage, not the whole record (see :mod:`accord.engine.encoding`).
 """
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
+
+from accord.engine.encoding import EncodedDoc
+from accord.engine.encoding import canonical_key as _key
+from accord.engine.encoding import canonical_text as _text
 
 __all__ = [
     "ACTIVE_ATTEMPT",
@@ -62,32 +63,6 @@ def evolve(record: _R, **changes: Any) -> _R:
 
 
 _TEXT = "_canonical_text"
-
-
-class EncodedDoc(dict[str, Any]):
-    """A JSON document with its canonical text (``canonical_json(doc)`` decoded) attached."""
-
-    __slots__ = ("canonical",)
-
-    def __init__(self, doc: Mapping[str, Any], canonical: str) -> None:
-        super().__init__(doc)
-        self.canonical = canonical
-
-
-# canonical_json's settings, in one encoder made once: most of the cost of encoding a small
-# document is building the encoder
-_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
-
-
-def _text(value: Any) -> str:
-    return _ENCODER.encode(value)
-
-
-@functools.lru_cache(maxsize=4096)  # stage names: a plan's few, reused by every run
-def _key(name: str) -> str:
-    return _ENCODER.encode(name)
 
 
 def _names(cls: type) -> tuple[str, ...]:
@@ -194,7 +169,7 @@ class RunState:
     def to_json(self) -> JsonDict:
         doc = self._top()
         doc["stages"] = {name: s.to_json() for name, s in self.stages.items()}
-        return {n: doc[n] for n in _RUN_FIELDS}
+        return doc
 
     def _top(self) -> JsonDict:
         """Every field but ``stages``, as JSON."""
@@ -210,7 +185,9 @@ class RunState:
 
     def canonical_text(self) -> str:
         """``canonical_json(self.to_json())`` as text, re-encoding only stages not yet encoded."""
-        top = self._top()
+        return self._text_of(self._top())
+
+    def _text_of(self, top: JsonDict) -> str:
         before = _text({k: v for k, v in top.items() if k < "stages"})
         after = _text({k: v for k, v in top.items() if k > "stages"})
         stages = ",".join(
@@ -221,7 +198,10 @@ class RunState:
 
     def encoded(self) -> EncodedDoc:
         """:meth:`to_json` with :meth:`canonical_text` attached."""
-        return EncodedDoc(self.to_json(), self.canonical_text())
+        top = self._top()
+        text = self._text_of(top)
+        top["stages"] = {name: s.to_json() for name, s in self.stages.items()}
+        return EncodedDoc(top, text)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RunState:

@@ -1,9 +1,11 @@
 """An engine, the platform actions and a fleet of SDK workers in one process.
 
 :func:`ingest_stack` is what ``accord demo``, the end-to-end tests and the benchmark run: open the
-store and transport by URL, register the platform actions (cache, catalogue, audit) and the cache
-writer, start one :class:`~accord.worker.runtime.Runtime` per worker on the engine's transport,
-announce capabilities, check admission, register and activate the plan, and start the engine::
+store and transport by URL (``url`` names both, as one SQLite file does; ``transport=`` names
+another: ``bullmq://…``, ``amqp://…``), register the platform actions (cache, catalogue, audit)
+and the cache writer, start one :class:`~accord.worker.runtime.Runtime` per worker on the
+engine's transport, announce capabilities, check admission, register and activate the plan, and
+start the engine::
 
     async with ingest_stack(url, plan, catalog, workers, state=...) as stack:
         run_id = await stack.engine.start_run(plan.name, {"modelId": "m1"}, tenant="demo")
@@ -57,8 +59,9 @@ async def ingest_stack(
     slots: int = 4,
     poll_ms: int = 10,
     check_admission: bool = True,
+    transport: str | None = None,
 ) -> AsyncIterator[Stack]:
-    engine = Engine.from_urls(url, url, poll_ms=poll_ms,
+    engine = Engine.from_urls(url, transport or url, poll_ms=poll_ms,
                               result_checks=[contract_result_check(catalog)])  # fmt: skip
 
     async def load_run(run_id: str) -> dict[str, Any] | None:

@@ -18,8 +18,8 @@ from typing import Any
 
 from accord.adapters import _store_rules as rules
 from accord.adapters.clock import SystemClock
+from accord.engine.encoding import EncodedDoc
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
-from accord.engine.state import EncodedDoc
 from accord.errors import ConflictError, ImmutableArtefactError, StoreError
 
 __all__ = ["MemoryStore"]

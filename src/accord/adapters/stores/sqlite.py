@@ -8,7 +8,13 @@ losing writer sees :class:`~accord.errors.ConflictError` with nothing changed an
 
 Leases use one ``avail_at`` column per claimable row: a row is claimable when ``avail_at <= now``;
 claiming sets it to ``now + lease``; so a lapsed lease needs no sweeper, and one index serves the
-claim. Re-setting a timer replaces its due time and clears the lease. Outbox entries are deleted
+claim. Re-setting a timer replaces its due time and clears the lease.
+
+Every commit's pages are written to the WAL and synced, so the schema keeps them few: the run
+record is an ordinary rowid table (a run's JSON, a few KiB, fits its leaf page; a ``WITHOUT
+ROWID`` row spills past about 1 KiB into overflow pages), only ``updated_at``'s own index moves on
+every commit (the status, workflow and tenant indexes change only when those do), and timers are
+keyed by id alone (``WITHOUT ROWID``: no second index to keep). Outbox entries are deleted
 when done. JSON is stored as canonical text. Several processes may share the file; each opens its
 own store, and the write lock of ``BEGIN IMMEDIATE`` plus the CAS keeps them correct.
 
@@ -17,6 +23,7 @@ URL options: ``synchronous`` (FULL by default), ``busy_timeout_ms`` (5000).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -26,8 +33,8 @@ from accord.adapters import _store_rules as rules
 from accord.adapters._sqlite import Database, parse_sqlite_url
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.sqlite_catalog import SqliteCatalog
+from accord.engine.encoding import EncodedDoc
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
-from accord.engine.state import EncodedDoc
 from accord.errors import ConflictError
 
 __all__ = ["SCHEMA", "SqliteStore"]
@@ -36,10 +43,10 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS accord_runs (
   run_id TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL,
   history_len INTEGER NOT NULL, status TEXT, workflow TEXT, tenant TEXT,
-  updated_at INTEGER NOT NULL, labels TEXT NOT NULL DEFAULT '{}') WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS accord_runs_status ON accord_runs (status, updated_at);
-CREATE INDEX IF NOT EXISTS accord_runs_workflow ON accord_runs (workflow, updated_at);
-CREATE INDEX IF NOT EXISTS accord_runs_tenant ON accord_runs (tenant, updated_at);
+  updated_at INTEGER NOT NULL, labels TEXT NOT NULL DEFAULT '{}');
+CREATE INDEX IF NOT EXISTS accord_runs_status_only ON accord_runs (status);
+CREATE INDEX IF NOT EXISTS accord_runs_workflow_only ON accord_runs (workflow);
+CREATE INDEX IF NOT EXISTS accord_runs_tenant_only ON accord_runs (tenant);
 CREATE INDEX IF NOT EXISTS accord_runs_updated ON accord_runs (updated_at);
 CREATE TABLE IF NOT EXISTS accord_history (
   run_id TEXT NOT NULL, seq INTEGER NOT NULL, entry TEXT NOT NULL,
@@ -50,7 +57,7 @@ CREATE TABLE IF NOT EXISTS accord_outbox (
 CREATE INDEX IF NOT EXISTS accord_outbox_pending ON accord_outbox (avail_at);
 CREATE TABLE IF NOT EXISTS accord_timers (
   timer_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, due_at INTEGER NOT NULL,
-  payload TEXT NOT NULL, avail_at INTEGER NOT NULL, owner TEXT);
+  payload TEXT NOT NULL, avail_at INTEGER NOT NULL, owner TEXT) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS accord_timers_due ON accord_timers (avail_at);
 CREATE TABLE IF NOT EXISTS accord_plans (
   digest TEXT PRIMARY KEY, document TEXT NOT NULL, stored_at INTEGER NOT NULL);
@@ -67,12 +74,19 @@ _INSERT_RUN = (
     "INSERT INTO accord_runs (run_id, version, state, history_len, status, workflow, tenant,"
     " updated_at, labels) VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO NOTHING"
 )
-_UPDATE_RUN = (
-    "UPDATE accord_runs SET version = version + 1, state = ?, history_len = history_len + ?,"
-    " status = coalesce(?, status), workflow = coalesce(?, workflow),"
-    " tenant = coalesce(?, tenant), updated_at = ?, labels = json_patch(labels, ?)"
-    " WHERE run_id = ? AND version = ? RETURNING history_len"
-)
+
+
+@functools.lru_cache(maxsize=16)
+def _update_run(columns: tuple[str, ...], labels: bool) -> str:
+    """The CAS update, setting only the index columns the commit names: SQLite rewrites an
+    index whenever its column is assigned, even to the same value."""
+    sets = "".join(f", {c} = ?" for c in columns) + (", labels = json_patch(labels, ?)" * labels)
+    return (
+        "UPDATE accord_runs SET version = version + 1, state = ?, history_len = history_len + ?,"
+        f" updated_at = ?{sets} WHERE run_id = ? AND version = ? RETURNING history_len"
+    )
+
+
 _INSERT_HISTORY = "INSERT INTO accord_history (run_id, seq, entry) VALUES (?, ?, ?)"
 _INSERT_OUTBOX = (
     "INSERT INTO accord_outbox (entry_id, run_id, topic, payload, created_at, avail_at)"
@@ -115,10 +129,16 @@ class SqliteStore(SqliteCatalog):
         return await self.db.read(read, "load")
 
     async def commit(
-        self, commit: Commit, riders: Sequence[Callable[[sqlite3.Connection], object]] = ()
+        self,
+        commit: Commit,
+        riders: Sequence[Callable[[sqlite3.Connection], object]] = (),
+        *,
+        durable: bool = True,
     ) -> int:
         """The atomic step; ``riders`` (queue writes of a transport on this same database, see
-        :mod:`accord.engine.joint`) run inside the same transaction, after the CAS succeeded."""
+        :mod:`accord.engine.joint`) run inside the same transaction, after the CAS succeeded.
+        ``durable=False`` lets it skip its own fsync (see :mod:`accord.adapters._sqlite`): only
+        for a commit whose loss in a power cut the queue undoes by redelivery."""
         rules.check_commit(commit)
         now = self.clock.now_ms()
         state = _encoded(commit.state)
@@ -148,9 +168,11 @@ class SqliteStore(SqliteCatalog):
                     raise ConflictError(f"run {run_id!r} already exists (expected to create it)")
                 first = 0
             else:
+                named = tuple(c for c, v in zip(rules.COLUMNS, cols, strict=True) if v is not None)
+                values = [v for v in cols if v is not None] + ([labels_json] if labels else [])
                 row = conn.execute(
-                    _UPDATE_RUN,
-                    (state, len(history), *cols, updated_at, labels_json, run_id, expected),
+                    _update_run(named, bool(labels)),
+                    (state, len(history), updated_at, *values, run_id, expected),
                 ).fetchone()
                 if row is None:
                     raise ConflictError(f"run {run_id!r} is not at version {expected}")
@@ -169,7 +191,7 @@ class SqliteStore(SqliteCatalog):
                 ride(conn)
             return expected + 1
 
-        return await self.db.write(body, "commit")
+        return await self.db.write(body, "commit", durable=durable)
 
     async def history(self, run_id: str) -> list[dict[str, Any]]:
         def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:

@@ -128,10 +128,13 @@ class JobStream:
         queue = self._t.queue(self._queue)
         job.queue, job.backend = queue, queue.backend  # settle on the transport's own connection
         lease = Lease(job, token)
-        self._t._leases[token] = lease
+        # bullmq-py (3.4) may lock several jobs fetched at once with one token (its fetch loop's
+        # closure reads the token late), so the token alone cannot name a delivery
+        receipt = f"{self._queue}/{job.id}/{token}"
+        self._t._leases[receipt] = lease
         data = job.data if isinstance(job.data, dict) else {}
         message_id = data.get("message_id", message_id_of(job.id))
-        self._inbox.put_nowait(Delivery(self._queue, message_id, job_body(data), count, token))
+        self._inbox.put_nowait(Delivery(self._queue, message_id, job_body(data), count, receipt))
         await lease.done
         raise DelayedError()  # settled by ack/nack already: the worker must not touch the job
 

@@ -20,6 +20,7 @@ from accord.engine.ports import Clock, Delivery
 __all__ = ["MemoryTransport"]
 
 READY, ACKED, DEAD = 0, 1, 2
+PURGE_EVERY_MS = 1000  # acked ids past their dedup window are dropped at most this often
 
 
 @dataclass(slots=True)
@@ -55,6 +56,9 @@ class MemoryTransport(QueueTransport):
             )
         super().__init__(clock, options or QueueOptions(), f"memory:{id(self)}")
         self._queues: dict[str, dict[str, _Message]] = {}
+        # the READY messages of each queue, so a claim never walks the acked ones kept for dedup
+        self._ready: dict[str, dict[str, _Message]] = {}
+        self._purged_at = 0
         self._order = itertools.count()
 
     async def _publish(self, queue: str, message_id: str, body: bytes, avail_at: int) -> None:
@@ -62,16 +66,20 @@ class MemoryTransport(QueueTransport):
         known = messages.get(message_id)
         cutoff = self.clock.now_ms() - self.options.dedup_ms
         if known is None or (known.state == ACKED and known.settled_at < cutoff):
-            messages[message_id] = _Message(body, avail_at, self.clock.now_ms(), next(self._order))
+            message = _Message(body, avail_at, self.clock.now_ms(), next(self._order))
+            messages[message_id] = message
+            self._ready.setdefault(queue, {})[message_id] = message
 
     async def _claim(self, queue: str, n: int, now: int) -> list[Delivery]:
-        messages = self._queues.get(queue, {})
-        self._purge(messages, now - self.options.dedup_ms)
+        messages = self._ready.get(queue, {})
+        if now - self._purged_at >= PURGE_EVERY_MS:
+            self._purged_at = now
+            for each in self._queues.values():
+                self._purge(each, now - self.options.dedup_ms)
         limit = self.options.limit(queue)
         ready = sorted(
-            ((m.avail_at, m.order, mid) for mid, m in messages.items()
-             if m.state == READY and m.avail_at <= now)
-        )  # fmt: skip
+            ((m.avail_at, m.order, mid) for mid, m in messages.items() if m.avail_at <= now)
+        )
         live: list[Delivery] = []
         for _, _, message_id in ready:
             if len(live) == n:
@@ -79,6 +87,7 @@ class MemoryTransport(QueueTransport):
             message = messages[message_id]
             if message.deliveries >= limit:
                 self._dead(message, now, f"lease lapsed on delivery {limit} of {limit}")
+                del messages[message_id]
                 continue
             message.deliveries += 1
             message.avail_at = now + self.options.visibility_ms
@@ -98,6 +107,7 @@ class MemoryTransport(QueueTransport):
         message = self._held(delivery)
         if message is None:
             return
+        self._ready[delivery.queue].pop(delivery.message_id, None)
         if self.options.dedup_ms:
             message.state, message.settled_at, message.body = ACKED, now, b""
             message.receipt = None
@@ -111,6 +121,7 @@ class MemoryTransport(QueueTransport):
         limit = self.options.limit(delivery.queue)
         if message.deliveries >= limit:
             self._dead(message, now, f"nacked on delivery {message.deliveries} of {limit}")
+            self._ready[delivery.queue].pop(delivery.message_id, None)
         else:
             message.avail_at, message.receipt = now + delay_ms, None
 
