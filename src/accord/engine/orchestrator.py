@@ -26,7 +26,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -47,9 +47,9 @@ from accord.engine.events import (
 from accord.engine.intake import OUTCOMES_QUEUE, Intake
 from accord.engine.joint import JointQueue, split_outbox
 from accord.engine.lifecycle import Loops
-from accord.engine.outbox import build_commit
+from accord.engine.outbox import build_commit, changed_index, without_telemetry
 from accord.engine.plans import PlanBook
-from accord.engine.ports import Clock, Commit, Delivery, Store, Transport
+from accord.engine.ports import Clock, Delivery, Store, Transport
 from accord.engine.reconciler import Reconciler, ReconcileReport
 from accord.engine.runcache import RunCache
 from accord.engine.stamping import stamp
@@ -246,12 +246,12 @@ class Engine:
                 history=[h.to_json() for h in t.history],
                 effects=t.effects,
                 now_ms=self.clock.now_ms(),
-                index=_index(run, new),
+                index=changed_index(run, new),
                 fired_timer=fired,
             )
             if self._dispatch and not self.dispatcher.has_sink:
                 # nobody here would read them: the dispatcher would mark them done unseen
-                commit = _without_telemetry(commit)
+                commit = without_telemetry(commit)
             riders = None
             if self._joint is not None:
                 commit, riders = split_outbox(commit, self._joint, acked)
@@ -349,19 +349,3 @@ class Engine:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
-
-
-def _index(old: RunState | None, new: RunState) -> dict[str, str]:
-    """The searchable columns that change (a key left out keeps its value; unchanged ones are
-    left out so the store need not touch their indexes)."""
-    if old is None:
-        return {"status": new.status, "workflow": new.workflow, "tenant": new.tenant}
-    changed = {"status": new.status} if new.status != old.status else {}
-    if new.workflow != old.workflow or new.tenant != old.tenant:  # never, but stay exact
-        changed |= {"workflow": new.workflow, "tenant": new.tenant}
-    return changed
-
-
-def _without_telemetry(commit: Commit) -> Commit:
-    kept = tuple(e for e in commit.outbox if e.topic != "telemetry")
-    return commit if len(kept) == len(commit.outbox) else replace(commit, outbox=kept)

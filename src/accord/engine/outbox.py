@@ -20,6 +20,7 @@ timer nobody removes would fire forever.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from accord.engine.effects import (
@@ -33,13 +34,16 @@ from accord.engine.effects import (
     effect_to_json,
 )
 from accord.engine.ports import Commit, OutboxEntry, Timer
+from accord.engine.state import RunState
 
 __all__ = [
     "CONTROL_QUEUE",
     "build_commit",
+    "changed_index",
     "control_queue",
     "entry_for",
     "timer_for",
+    "without_telemetry",
 ]
 
 CONTROL_QUEUE = "accord.control"
@@ -119,3 +123,21 @@ def build_commit(
         timers_cancel=tuple(timers_cancel),
         index=dict(index),
     )
+
+
+def changed_index(old: RunState | None, new: RunState) -> dict[str, str]:
+    """The searchable columns that change (a key left out keeps its value; unchanged ones are
+    left out so the store need not touch their indexes)."""
+    if old is None:
+        return {"status": new.status, "workflow": new.workflow, "tenant": new.tenant}
+    changed = {"status": new.status} if new.status != old.status else {}
+    if new.workflow != old.workflow or new.tenant != old.tenant:  # never, but stay exact
+        changed |= {"workflow": new.workflow, "tenant": new.tenant}
+    return changed
+
+
+def without_telemetry(commit: Commit) -> Commit:
+    """The commit without its telemetry entries (for an engine with no sink: its dispatcher
+    would only mark them done unseen)."""
+    kept = tuple(e for e in commit.outbox if e.topic != "telemetry")
+    return commit if len(kept) == len(commit.outbox) else replace(commit, outbox=kept)
