@@ -97,6 +97,18 @@ async def _wait_all_terminal(url: str, runs: list[str], timeout_s: float = 30) -
         await store.close()
 
 
+async def _wait_drained(url: str, timeout_s: float = 30) -> None:
+    """Entries leased by the killed engine come back when their lease lapses; the survivor's
+    sweep then republishes them (I7 is eventual: published at least once, then marked done)."""
+    store = open_store(url)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while await store.claim_outbox(100, "check", 0) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+    finally:
+        await store.close()
+
+
 async def _check_explained(url: str, runs: list[str]) -> list[list[HistoryEntry]]:
     """Every run completed as its history explains; outbox and queues drained."""
     store, transport = open_store(url), open_transport(url)
@@ -131,6 +143,7 @@ async def _engine_crash_scenario(tmp_path: Path, point: str) -> list[list[Histor
         again = _spawn("engine", url)
         try:
             await _wait_all_terminal(url, runs)
+            await _wait_drained(url)
         finally:
             _stop(again)
         assert again.returncode == 0, _log(again)
