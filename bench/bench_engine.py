@@ -3,7 +3,9 @@
 Shape: ``render → fork(analyse, metadata) → join → publish``, four worker stages answered by an
 in-process no-op worker with 4 task slots over the transport (accepted, then succeeded), so each
 run is 9 transitions (start, 4 × accepted + succeeded). Backends: ``memory`` and ``sqlite`` (WAL,
-``synchronous=FULL``, store and embedded queue in one file). Figures:
+``synchronous=FULL``, store and embedded queue in one file), ``bullmq`` (Redis store + BullMQ on
+the same server) and ``rabbitmq`` (Redis store + RabbitMQ, durable quorum queues with confirms);
+the last two on fresh prefixes, removed afterwards (:mod:`bench.engine_distributed`). Figures:
 
 - ``runs_per_s`` / ``transitions_per_s``: N runs started at once, until all are terminal;
 - ``hop_p50_ms`` / ``hop_p99_ms``: end of one task (its result published) to the start of the
@@ -11,7 +13,9 @@ run is 9 transitions (start, 4 × accepted + succeeded). Backends: ``memory`` an
   behind the other runs); ``hop_*_single_run``: the same with one run in flight;
 - ``single_run_p50_ms``: one run at a time, start to terminal;
 - ``cpu_ms_per_run``: process CPU (engine and worker share the process) over the throughput
-  phase, per run; ``rss_mib``: resident set size after the phase;
+  phase, per run; ``rss_mib``: resident set size after the phase, except for ``sqlite``, where
+  it is the peak RSS of a fresh interpreter running that variant alone (this process has loaded
+  every other benchmark module; its own figure stays as ``rss_mib_in_process``);
 - ``direct``: the shell alone, one run at a time driven through ``deliver`` with hand-off off,
   so each transition is exactly one commit (no queue traffic);
 - ``raw_sqlite_tx_per_s``: a bare loop of one write transaction per transition (a run-record
@@ -44,6 +48,7 @@ from accord.engine.events import StageAccepted, StageSucceeded
 from accord.engine.orchestrator import Delivered, Engine
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import run_noop_worker
+from bench.engine_distributed import fresh_rss_mib, keyspace
 from bench.engine_profile import OUT as PROFILE_OUT
 from bench.engine_profile import profile_phase
 
@@ -132,11 +137,14 @@ def _count_database_calls(engine: Engine) -> Counter[str]:
     return calls
 
 
-async def _measure(backend: str, n: int, singles: int, workdir: Path) -> dict[str, Any]:
+async def _measure(
+    store_url: str, transport_url: str, n: int, singles: int, declared: set[str] | None = None
+) -> dict[str, Any]:
     clock = SystemClock()
-    url = "memory://" if backend == "memory" else f"sqlite:///{workdir / 'bench.db'}"
     tracker = _Tracker()
-    engine = Engine.from_urls(url, url, clock, poll_ms=20, observers=[tracker.transition])
+    engine = Engine.from_urls(
+        store_url, transport_url, clock, poll_ms=20, observers=[tracker.transition]
+    )
     transport = engine.transport
     calls = _count_database_calls(engine)
     await engine.register_plan(PLAN)
@@ -187,7 +195,15 @@ async def _measure(backend: str, n: int, singles: int, workdir: Path) -> dict[st
     finally:
         stop.set()
         await worker
+        if declared is not None:  # broker queues to delete afterwards
+            declared.update(getattr(transport, "declared", ()))
         await engine.stop()
+
+
+async def _distributed(broker: str, n: int, singles: int) -> dict[str, Any]:
+    declared: set[str] = set()
+    async with keyspace(broker, declared) as (store_url, transport_url):
+        return await _measure(store_url, transport_url, n, singles, declared)
 
 
 async def _direct(url: str, n: int) -> dict[str, float]:
@@ -252,14 +268,20 @@ def run(smoke: bool) -> dict[str, Any]:
         for backend in ("memory", "sqlite"):
             workdir = Path(tmp) / backend
             workdir.mkdir()
-            out[backend] = asyncio.run(_measure(backend, n, singles, workdir))
+            url = "memory://" if backend == "memory" else f"sqlite:///{workdir / 'bench.db'}"
+            out[backend] = asyncio.run(_measure(url, url, n, singles))
             url = "memory://" if backend == "memory" else f"sqlite:///{workdir / 'direct.db'}"
             out[backend]["direct"] = asyncio.run(_direct(url, n))
+        out["sqlite"]["rss_mib_in_process"] = out["sqlite"]["rss_mib"]
+        out["sqlite"]["rss_mib"] = fresh_rss_mib(n)
+        for broker in ("bullmq", "rabbitmq"):
+            out[broker] = asyncio.run(_distributed(broker, 10 if smoke else n, singles))
         out["raw_sqlite_tx_per_s"] = round(_raw_sqlite(Path(tmp) / "raw.db", n * 9), 1)
         profiled = Path(tmp) / "profiled"
         profiled.mkdir()
+        url = f"sqlite:///{profiled / 'bench.db'}"
         out["profile_cpu_split"] = profile_phase(
-            lambda: _measure("sqlite", n, 1, profiled), n, out=PROFILE_OUT
+            lambda: _measure(url, url, n, 1), n, out=PROFILE_OUT
         )
     out["load_average_end"] = round(os.getloadavg()[0], 2)
     # the engine's commit-per-transition speed next to the bare loop, measured in this run

@@ -80,3 +80,30 @@ def test_runs_commands_read_and_steer(tmp_path: Path) -> None:
     report = cli.invoke(app, ["engine", "reconcile", "--store", url, "--transport", url, "--json"])
     assert report.exit_code == 0, report.output
     assert json.loads(report.output)["republished"] >= 1  # the cancel's outbox entries
+
+
+def test_engine_run_hosts_the_platform_actions(tmp_path: Path) -> None:
+    """`accord engine run` registers cache.lookup, catalogue.publish and audit by default, so a
+    separately started engine can run the model-ingest workflow's action stages."""
+    from accord.cli.engine import _with_platform
+
+    async def go() -> list[str]:
+        url = f"sqlite:///{tmp_path / 'p.db'}"
+        engine = Engine.from_urls(url, url)
+        try:
+            await _with_platform(engine, tmp_path / "state", Path("schemas/contracts"), [])
+            return engine.registry.capabilities()
+        finally:
+            await engine.stop()
+
+    capabilities = asyncio.run(go())
+    for needed in ("cache.lookup@1", "catalogue.publish@2", "audit.run-terminal@1"):
+        assert needed in capabilities
+
+
+def test_engine_run_refuses_an_unknown_workflow_to_watch(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    args = ["engine", "run", "--store", url, "--transport", url, "--workflow", "nope"]
+    result = CliRunner().invoke(app, [*args, "--state", str(tmp_path / "state")])
+    assert result.exit_code == 2, result.output
+    assert "no active version of workflow 'nope'" in result.output

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -36,6 +37,14 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     poll_ms: Annotated[int, typer.Option(min=1, help="timer and housekeeping poll")] = 50,
     lease_ms: Annotated[int, typer.Option(min=100, help="timer and outbox lease")] = 30_000,
     grace_ms: Annotated[int, typer.Option(min=0, help="age before the sweep republishes")] = 5_000,
+    platform: Annotated[
+        bool, typer.Option(help="run the platform actions (cache, catalogue, audit) here")
+    ] = True,
+    state: Annotated[Path, typer.Option(help="platform actions' state folder")] = Path(".accord"),
+    contracts: Annotated[Path, typer.Option(help="contract sources")] = Path("schemas/contracts"),
+    workflow: Annotated[
+        list[str] | None, typer.Option(help="cache results of this active workflow (repeatable)")
+    ] = None,
 ) -> None:
     """Run the engine until interrupted."""
 
@@ -43,6 +52,8 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         engine = Engine.from_urls(
             store, transport, owner=owner, poll_ms=poll_ms, lease_ms=lease_ms, grace_ms=grace_ms
         )
+        if platform:
+            await _with_platform(engine, state, contracts, workflow or [])
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -58,6 +69,35 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         console.print(f"engine {engine.owner} stopped after {engine.transitions} transitions")
 
     asyncio.run(serve())
+
+
+async def _with_platform(
+    engine: Engine, state: Path, contracts: Path, workflows: list[str]
+) -> None:
+    """Register the platform actions and the result contract check, as ``accord demo`` does."""
+    from accord.actions import PlatformConfig, register_platform_actions  # noqa: PLC0415
+    from accord.contracts.sources import find_root, load_catalog  # noqa: PLC0415
+    from accord.engine.checks import contract_result_check  # noqa: PLC0415
+
+    if not contracts.is_absolute() and not contracts.exists():
+        contracts = find_root() / contracts
+    catalog = load_catalog(contracts)
+
+    async def load_run(run_id: str) -> dict[str, Any] | None:
+        stored = await engine.store.load(run_id)
+        return dict(stored.state) if stored else None
+
+    config = PlatformConfig(state, catalog=catalog, load_run=load_run)
+    platform = register_platform_actions(engine.registry, config)
+    engine.result_checks.append(contract_result_check(catalog))
+    engine.observers.append(platform.writer)
+    for name in workflows:
+        digest = await engine.store.get_active(name)
+        if digest is None:
+            raise typer.BadParameter(
+                f"no active version of workflow {name!r}", param_hint="--workflow"
+            )
+        platform.writer.watch(await engine.plan(digest))
 
 
 @app.command("reconcile")
