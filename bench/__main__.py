@@ -12,13 +12,14 @@ A benchmark that fails is reported with its error, never silently dropped.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import pkgutil
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -62,6 +63,25 @@ def _summarise(samples: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             summary[key] = {"value": values[-1]}
     return summary
+
+
+_ISOLATED = """
+import json, sys
+from bench import {name} as module
+result = module.run(smoke={smoke})
+with open(sys.argv[1], "w") as out:
+    json.dump(result, out)
+"""
+
+
+def _run_isolated(name: str, smoke: bool) -> dict[str, Any]:
+    """One repetition in a fresh interpreter, so no benchmark pays for what an earlier one left
+    behind (heap, threads, child processes) and each process's peak memory is its own."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        code = _ISOLATED.format(name=name, smoke=smoke)
+        subprocess.run([sys.executable, "-c", code, out.name], cwd=HERE.parent, check=True)
+        result: dict[str, Any] = json.loads(Path(out.name).read_text())
+    return result
 
 
 def _machine() -> dict[str, Any]:
@@ -127,8 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[bench] {label} ×{repeat} …", flush=True)
         began = time.perf_counter()
         try:
-            module = importlib.import_module(f"bench.{name}")
-            samples = [module.run(smoke=args.smoke) for _ in range(repeat)]
+            samples = [_run_isolated(name, args.smoke) for _ in range(repeat)]
             results["benchmarks"][label] = {
                 "figures": _summarise(samples),
                 "seconds": round(time.perf_counter() - began, 2),

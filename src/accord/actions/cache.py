@@ -24,20 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from accord._files import atomic_write
 from accord.canonical import canonical_json, digest_of, sha256_hex
 from accord.contracts.catalog import Catalog
 from accord.contracts.validate import Validator
 
-__all__ = ["OUTCOMES", "CacheRead", "ResultCache", "atomic_write", "cache_key", "iso"]
+__all__ = ["OUTCOMES", "CacheRead", "ResultCache", "cache_key", "iso"]
 
 OUTCOMES = (
     "hit",
@@ -69,20 +68,6 @@ def iso(ms: int) -> str:
         .isoformat(timespec="milliseconds")
         .replace("+00:00", "Z")
     )
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from accord._files import atomic_write
 from accord.canonical import canonical_json
 from accord.contracts.jsonschema import export
 from accord.contracts.model import Contract, ContractRef, MessageContract
@@ -43,26 +42,6 @@ from accord.errors import (
 __all__ = ["INDEX_NAME", "ArtefactStore", "atomic_write", "compat_check"]
 
 INDEX_NAME = "index.json"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old file or the new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def compat_check(previous: Sequence[MessageContract], new: MessageContract) -> list[Diagnostic]:

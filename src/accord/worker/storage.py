@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from accord._files import atomic_write
 from accord.errors import StageFailed
 from accord.worker.paths import resolve_object, validate_object_key, validate_tenant
 
@@ -61,16 +61,7 @@ class ObjectStorage:
             raise StageFailed(
                 "object path changed while writing", failure_code="invalid-object-key"
             )
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, data)
         return key, len(data), "sha256:" + hashlib.sha256(data).hexdigest()
 
     def find_model(self, model_id: str, suffixes: Iterable[str]) -> str:
