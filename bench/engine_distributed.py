@@ -113,8 +113,10 @@ with tempfile.TemporaryDirectory(prefix="accord-bench-rss-") as tmp:
     asyncio.run(_measure(url, url, n, 1))
 # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of a large parent would
 # report the parent's peak; VmHWM belongs to this image alone
-hwm = [line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM:")]
-print(int(hwm[0].split()[1]) / 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+status = Path("/proc/self/status").read_text().splitlines()
+hwm = [line for line in status if line.startswith("VmHWM:")]
+peak_kib = int(hwm[0].split()[1]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(peak_kib / 1024)
 """
 
 
