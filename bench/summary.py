@@ -218,9 +218,9 @@ def markdown(r: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Accord's CPU is as `bench_engine` reports it, from inside the one process that runs"
-        " every benchmark module in turn; its RSS is the peak of a fresh interpreter running"
-        " the SQLite variant alone.",
+        "Every repetition of every benchmark runs in a fresh interpreter. Accord's CPU is the"
+        " engine process's, no-op worker included (it runs in the same process); its RSS is the"
+        " peak (VmHWM) of a fresh interpreter running the SQLite variant alone.",
         "",
         "### Peers (same workload, own virtual environments)",
         "",
