@@ -46,6 +46,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 from aio_pika.exceptions import AMQPError, DeliveryError, PublishError
+from aiormq.exceptions import ChannelInvalidStateError
 
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
@@ -217,7 +218,8 @@ class RabbitmqTransport:
             raise TransportError(
                 f"RabbitMQ refused a publish to {queue!r}: {exc}", retryable=True
             ) from exc
-        except (TimeoutError, AMQPError, OSError) as exc:
+        except (TimeoutError, AMQPError, ChannelInvalidStateError, OSError) as exc:
+            # a channel closed by a lost connection is reopened by the robust connection
             raise TransportError(
                 f"publish to {queue!r} is indeterminate (no confirm): {exc!r}", retryable=True
             ) from exc
