@@ -74,7 +74,7 @@ async def test_outcomes_are_acknowledged_by_the_commit_of_their_event(tmp_path: 
         states = _rows(db, f"SELECT state FROM accord_queue WHERE queue = '{OUTCOMES_QUEUE}'")
         assert states and all(s == 1 for (s,) in states)  # every outcome settled
         assert "ack" not in writes and "publish" not in writes and "outbox_done" not in writes
-        assert writes.count("commit") == engine.transitions
+        assert writes.count("commit") == engine.commits
         await assert_drained(engine, PLAN, [rid])
     finally:
         await engine.stop()

@@ -10,8 +10,10 @@
 
 A lost compare-and-set (another engine process, or a stale cache) reloads and re-applies, a
 bounded number of times. The shell makes no domain decision: rejections (stale, duplicate, late)
-come back from the machine as history to commit like any other. Per-run locks keep deliveries for
-one run in this process in order, so contention only comes from other processes.
+come back from the machine as history to commit like any other. Deliveries for one run in this
+process keep their arrival order, so contention only comes from other processes; when several
+are waiting at once (an ``accepted`` and its ``succeeded``, two joining branches) they are
+applied in that order and committed together, once (:mod:`accord.engine.coalesce`).
 
 The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
 outcome intake, telemetry, and the reconciler. :meth:`stop` stops intake and timers first,
@@ -34,6 +36,7 @@ from accord.engine import machine
 from accord.engine.actions import ActionExecutor, ActionHandler, ActionRegistry
 from accord.engine.capabilities import Capabilities
 from accord.engine.checks import ResultHook, run_result_checks
+from accord.engine.coalesce import Mailboxes
 from accord.engine.dispatcher import Dispatcher, Sink
 from accord.engine.effects import Effect
 from accord.engine.events import (
@@ -77,6 +80,7 @@ class Delivered:
 
 
 Observer = Callable[[Delivered], None]  # told of every committed transition, in commit order
+_Item = tuple[Event, tuple[Delivery, ...]]  # an event and the deliveries its commit may settle
 
 
 class Engine:
@@ -114,6 +118,7 @@ class Engine:
         self._joint: JointQueue | None = transport if shared and dispatch else None  # type: ignore[assignment]
         self.plans = PlanBook(store)
         self.runs = RunCache(cache_size)
+        self.mail: Mailboxes[_Item, tuple[Delivered, bool]] = Mailboxes(self.runs.lock)
         self.capabilities = Capabilities(store, clock, self.registry, self.owner)
         self.executor = ActionExecutor(self.registry, self.deliver, self._action_done)
         self.dispatcher = Dispatcher(
@@ -137,7 +142,8 @@ class Engine:
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
-        self.transitions = 0
+        self.transitions = 0  # events committed (several may share one commit)
+        self.commits = 0
         self.conflicts = 0
 
     @classmethod
@@ -210,41 +216,54 @@ class Engine:
         event = self.stamp(event)
         self._inflight += 1
         self._idle.clear()
-        try:
-            async with self.runs.lock(event.run_id):
-                return await self._deliver_locked(event, acked)
+        try:  # a fired timer names the one timer its commit removes: it never shares a commit
+            alone = isinstance(event, TimerFired)
+            return await self.mail.submit(
+                event.run_id, (event, tuple(acked)), self._deliver_batch, alone=alone
+            )
         finally:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
 
-    async def _deliver_locked(
-        self, event: Event, acked: Sequence[Delivery]
-    ) -> tuple[Delivered, bool]:
-        """The delivery and whether its commit also acknowledged ``acked`` (joint commits)."""
-        run_id = event.run_id
-        fired = event.timer_id if isinstance(event, TimerFired) else None
+    async def _deliver_batch(self, items: list[_Item]) -> list[tuple[Delivered, bool]]:
+        """Apply one run's events in order and commit them once (see :mod:`.coalesce`); each
+        item's delivery and whether the commit also acknowledged its ``acked`` (joint commits)."""
+        run_id = items[0][0].run_id
+        fired = items[0][0].timer_id if isinstance(items[0][0], TimerFired) else None
         for attempt in range(self._retries):
-            if attempt == 0 and isinstance(event, RunStarted) and self.runs.get(run_id) is None:
+            if attempt == 0 and isinstance(items[0][0], RunStarted) and not self.runs.get(run_id):
                 version, run = 0, None  # a new run: the create-only commit checks that it is
             else:
                 version, run = await self._current(run_id, fresh=attempt > 0)
-            digest = run.plan_digest if run else getattr(event, "plan_digest", "")
-            if not digest:
-                return Delivered(run_id, version, None, (), ()), False  # no such run
-            plan = await self.plan(digest)
-            if run is not None and self.result_checks and isinstance(event, StageSucceeded):
-                event = run_result_checks(self.result_checks, plan, run, event)
-            t = machine.apply(plan, run, event)
-            if t.run is None or (not t.history and not t.effects and fired is None):
-                return Delivered(run_id, version, run, tuple(t.effects), tuple(t.history)), False
-            new = t.run
+            current = run
+            applied: list[tuple[RunState | None, tuple[Effect, ...], tuple[HistoryEntry, ...]]] = []
+            for item_event, _ in items:
+                event = item_event
+                digest = current.plan_digest if current else getattr(event, "plan_digest", "")
+                if not digest:  # no such run
+                    applied.append((None, (), ()))
+                    continue
+                plan = await self.plan(digest)
+                if current is not None and self.result_checks and isinstance(event, StageSucceeded):
+                    event = run_result_checks(self.result_checks, plan, current, event)
+                t = machine.apply(plan, current, event)
+                current = t.run if t.run is not None else current
+                applied.append((t.run, tuple(t.effects), tuple(t.history)))
+            effects = [e for _, done, _ in applied for e in done]
+            history = [h for _, _, hist in applied for h in hist]
+            if current is None or (not history and not effects and fired is None):
+                return [
+                    (Delivered(run_id, version, after or run, done, hist), False)
+                    for after, done, hist in applied
+                ]
+            new = current
             commit = build_commit(
                 run_id,
                 expected_version=version,
                 state=new.encoded(),
-                history=[h.to_json() for h in t.history],
-                effects=t.effects,
+                history=[h.to_json() for h in history],
+                effects=effects,
                 now_ms=self.clock.now_ms(),
                 index=changed_index(run, new),
                 fired_timer=fired,
@@ -254,6 +273,7 @@ class Engine:
                 commit = without_telemetry(commit)
             riders = None
             if self._joint is not None:
+                acked = [d for _, item_acked in items for d in item_acked]
                 commit, riders = split_outbox(commit, self._joint, acked)
             try:
                 if riders is None:
@@ -266,17 +286,21 @@ class Engine:
                 self.conflicts += 1
                 self.runs.forget(run_id)
                 continue
-            self.transitions += 1
+            self.commits += 1
+            self.transitions += sum(1 for _, done, hist in applied if done or hist)
             self.runs.remember(run_id, new_version, new)
             if riders is not None:
                 assert self._joint is not None
                 self._joint.riders_committed(riders.queues, riders.acked)
             if self._dispatch:
                 await self.dispatcher.dispatch(commit.outbox, inline=riders.inline if riders else 0)
-            done = Delivered(run_id, new_version, new, tuple(t.effects), tuple(t.history))
-            for observe in self.observers:
-                observe(done)
-            return done, riders is not None and bool(riders.acked)
+            out = []
+            for (_, item_acked), (after, done, hist) in zip(items, applied, strict=True):
+                delivered = Delivered(run_id, new_version, after or new, done, hist)
+                for observe in self.observers:
+                    observe(delivered)
+                out.append((delivered, riders is not None and bool(item_acked)))
+            return out
         raise EngineError(f"run {run_id}: gave up after {self._retries} conflicting commits")
 
     async def _current(self, run_id: str, *, fresh: bool) -> tuple[int, RunState | None]:
