@@ -21,7 +21,7 @@ import pytest
 from accord.adapters import open_store
 from accord.adapters.stores.redis import RedisStore
 from accord.engine.ports import Commit, OutboxEntry, Timer
-from accord.errors import StoreError
+from accord.errors import ConflictError, StoreError
 from accord.testing.clock import FakeClock
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -223,3 +223,73 @@ async def test_a_keyspace_keeps_its_shard_count(store: RedisStore) -> None:
     url = f"redis://127.0.0.1:6379/15?prefix={store.keys.prefix}&shards=8"
     with pytest.raises(StoreError, match="created with shards=4"):
         await RedisStore.connect(url)
+
+
+# ---- the call group -----------------------------------------------------------------------------
+
+
+async def test_a_group_meeting_an_empty_script_cache_reloads_each_script_once(
+    private: PrivateRedis,
+) -> None:
+    """Commits, claims and done-marks sent in one group after ``SCRIPT FLUSH``: each script meets
+    NOSCRIPT (so it did not run), is loaded again, and every call lands exactly once."""
+    store = await RedisStore.connect(private.url(shards=4), FakeClock())
+    timers = [Timer(f"t{n}", f"r{n}", 5, {}) for n in range(6)]
+    await asyncio.gather(
+        *(store.commit(Commit(f"r{n}", 0, {}, [{"n": n}], [box(f"o{n}", f"r{n}")], [timers[n]]))
+          for n in range(6))
+    )  # fmt: skip
+    claimed = await store.claim_outbox(3, "d", 1_000)
+    private.client().script_flush()
+    commits = [Commit(f"r{n}", 1, {"n": n}, [{"n": n, "again": True}]) for n in range(6)]
+    outcomes = await asyncio.gather(
+        *(store.commit(c) for c in commits),
+        store.claim_timers(5, 10, "t", 1_000),
+        store.outbox_done([e.entry_id for e in claimed]),
+        store.commit(Commit("r0", 1, {"lost": True})),  # loses the race to commits[0]
+        return_exceptions=True,
+    )
+    assert outcomes[:6] == [2] * 6
+    fired: Any = outcomes[6]
+    assert sorted(t.timer_id for t in fired) == [t.timer_id for t in timers]
+    assert outcomes[7] is None
+    assert isinstance(outcomes[8], ConflictError)
+    for n in range(6):
+        assert await store.history(f"r{n}") == [{"n": n}, {"n": n, "again": True}]
+    left = await store.claim_outbox(10, "d2", 1_000)
+    assert sorted(e.entry_id for e in left) == sorted(
+        {f"o{n}" for n in range(6)} - {e.entry_id for e in claimed}
+    )
+    await store.close()
+
+
+async def test_every_call_of_a_group_fails_retryably_while_redis_is_down(
+    private: PrivateRedis,
+) -> None:
+    store = await RedisStore.connect(private.url(), FakeClock())
+    await store.commit(Commit("r0", 0, {}))
+    private.kill()
+    commits = [Commit(f"r{n}", 1 if n == 0 else 0, {"n": n}) for n in range(8)]
+    outcomes = await asyncio.gather(
+        *(store.commit(c) for c in commits),
+        store.claim_timers(5, 10, "t", 1_000),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, StoreError) and o.retryable for o in outcomes), outcomes
+    private.start()
+    landed = await retrying(lambda: asyncio.gather(*(store.commit(c) for c in commits)))
+    assert landed == [2, 1, 1, 1, 1, 1, 1, 1]
+    await store.close()
+
+
+async def test_many_concurrent_commits_share_one_connection(private: PrivateRedis) -> None:
+    store = await RedisStore.connect(private.url(), FakeClock())
+    admin = private.client()
+    versions = await asyncio.gather(
+        *(store.commit(Commit(f"r{n}", 0, {}, [{"n": n}], [box(f"o{n}", f"r{n}")]))
+          for n in range(300))
+    )  # fmt: skip
+    assert versions == [1] * 300
+    # the store's pool connection (startup checks), the call group's own one, and this client
+    assert len(admin.client_list()) <= 3
+    await store.close()

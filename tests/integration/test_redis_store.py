@@ -17,12 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis import RedisStore
+from accord.engine.encoding import EncodedDoc
 from accord.engine.orchestrator import Engine
-from accord.engine.ports import Commit, OutboxEntry, Store
-from accord.errors import ConflictError
+from accord.engine.ports import Commit, OutboxEntry, Store, StoredRun
+from accord.errors import ConflictError, StoreError
 from accord.testing.plans import model_ingest_shape
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -89,6 +92,40 @@ async def test_many_tasks_on_one_run_lose_no_update_and_release_nothing_twice() 
     )
     for handle in handles:
         await handle.close()
+
+
+async def test_a_commit_cancelled_before_its_group_is_sent_is_not_sent() -> None:
+    ensure_redis()
+    store = await RedisStore.connect(redis_url())
+    tasks = [
+        asyncio.create_task(store.commit(Commit(f"r{n}", 0, {"n": n}, [{"n": n}])))
+        for n in range(5)
+    ]
+    await asyncio.sleep(0)  # every task has queued its commit; the flusher has not run yet
+    tasks[2].cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(outcomes[2], asyncio.CancelledError)
+    assert [outcomes[n] for n in (0, 1, 3, 4)] == [1, 1, 1, 1]
+    assert await store.load("r2") is None
+    assert (await store.load("r3")) == StoredRun("r3", 1, {"n": 3})
+    await store.close()
+
+
+async def test_the_state_text_an_encoded_doc_carries_is_stored_as_it_is() -> None:
+    """The store takes the carried text and never encodes the document again (this one could
+    not be encoded: a set is no JSON); other documents are encoded, naming the field that fails."""
+    ensure_redis()
+    store = await RedisStore.connect(redis_url())
+    text = '{"a":[1,2],"b":null}'
+    await store.commit(Commit("r1", 0, EncodedDoc({"a": {1, 2}, "b": None}, text), [{}]))
+    assert await store.client.hget(store.keys.run("r1").record, "state") == text
+    assert await store.load("r1") == StoredRun("r1", 1, {"a": [1, 2], "b": None})
+    bad = Commit("r1", 1, {}, [{"ok": 1}, {"no": {1, 2}}], [box("o1")])
+    with pytest.raises(StoreError, match=r"history\[1\] is not JSON-serialisable"):
+        await store.commit(bad)
+    with pytest.raises(StoreError, match=r"outbox\[0\]\.payload"):
+        await store.commit(Commit("r1", 1, {}, outbox=[OutboxEntry("o1", "r1", "q", {"x": b""})]))
+    await store.close()
 
 
 async def child(url: str, name: str, times: int) -> dict[str, Any]:

@@ -1,15 +1,18 @@
 """The Redis store's key builder: only grammatical identifiers reach a key, every key of one
 commit lands in one Redis Cluster slot, and run-index entries sort newest first, then by run id
-(the order the SQL stores use), whatever the indexed value holds."""
+(the order the SQL stores use), whatever the indexed value holds. And the call group's plain
+command packer writes the same bytes as hiredis and redis-py."""
 
 from __future__ import annotations
 
 import re
 
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from redis.asyncio.connection import Connection
 from redis.crc import key_slot
 
+from accord.adapters.stores.redis._group import pack, pack_plain
 from accord.adapters.stores.redis.keys import (
     MAX_UPDATED_AT,
     StoreKeys,
@@ -21,8 +24,10 @@ from accord.adapters.stores.redis.keys import (
 from accord.errors import StoreError
 
 IDENTIFIER = re.compile(r"[A-Za-z0-9._@/+=-]{1,200}")
+UNTIMED = settings(deadline=None)  # a loaded machine is no failure: no time limit per example
 
 
+@UNTIMED
 @given(st.text(max_size=210) | st.from_regex(IDENTIFIER, fullmatch=True))
 def test_only_grammatical_identifiers_reach_a_key(value: str) -> None:
     grammatical = IDENTIFIER.fullmatch(value) is not None and ".." not in value.split("/")
@@ -35,6 +40,7 @@ def test_only_grammatical_identifiers_reach_a_key(value: str) -> None:
         assert not set(value) & set(":{}* \n\r\t") and len(value) <= 200
 
 
+@UNTIMED
 @given(st.from_regex(IDENTIFIER, fullmatch=True), st.integers(1, 64))
 def test_every_key_of_a_commit_is_in_one_cluster_slot(run_id: str, shards: int) -> None:
     assume(".." not in run_id.split("/"))
@@ -42,6 +48,7 @@ def test_every_key_of_a_commit_is_in_one_cluster_slot(run_id: str, shards: int) 
     assert len({key_slot(k.encode()) for k in keys}) == 1
 
 
+@UNTIMED
 @given(
     st.lists(
         st.tuples(st.integers(0, MAX_UPDATED_AT), st.from_regex(IDENTIFIER, fullmatch=True)),
@@ -57,3 +64,31 @@ def test_index_entries_sort_newest_first_then_by_run_id(
     by_bytes = [members[m] for m in sorted(members, key=lambda m: m.encode())]
     assert by_bytes == sorted(members.values(), key=lambda r: (-r[0], r[1]))
     assert all(m.startswith(index_prefix("status", value)) for m in members)
+
+
+@UNTIMED
+@given(
+    st.lists(
+        st.text() | st.integers(-(2**63), 2**63 - 1) | st.floats() | st.binary(),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_plain_command_packer_writes_what_hiredis_and_redis_py_write(
+    args: list[str | int | float | bytes],
+) -> None:
+    """The store's fallback packer (used without hiredis) against redis-py's, and against the
+    packer in use (hiredis's when installed), on every kind of argument the scripts are given."""
+    assume(all(not isinstance(a, str) or _encodes(a) for a in args))
+    packed = pack_plain(args)
+    assert packed == pack(args)
+    command = [b"EVALSHA", *args]  # redis-py splits a first argument on spaces: give it none
+    assert pack_plain(command) == b"".join(Connection().pack_command(*command))
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

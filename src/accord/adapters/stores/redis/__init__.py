@@ -12,7 +12,11 @@ are in ``keys.py``; the scripts' protocols in their own headers.
   dispatcher's entries come back after ``lease_ms`` of store time. :meth:`outbox_done` acks and
   deletes.
 - Timers: a sorted set per shard scored by ``avail_at``; claims are one atomic script.
-- Claims ask every shard concurrently, starting from a rotating shard (see ``_fanout.py``).
+- Claims ask every shard at once, starting from a rotating shard (see ``_fanout.py``).
+- Every script call (commits, claims, done-marks) and the plain reads of the engine's path
+  (``load``, ``history``, plans and activations) go through the store's call group
+  (``_group.py``): calls made while a round trip is in flight are sent together as one pipeline
+  on one connection, each still its own atomic script or command with its own reply or error.
 - Plans are immutable (``SET NX``, then compare); activations are a list per workflow; worker
   announcements a sorted set by expiry.
 
@@ -32,6 +36,7 @@ from accord.adapters import _store_rules as rules
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis._catalog import Catalog
 from accord.adapters.stores.redis._fanout import claim_across, list_runs
+from accord.adapters.stores.redis._group import GroupCalls
 from accord.adapters.stores.redis._scripts import ScriptCode, Scripts, commit_args
 from accord.adapters.stores.redis._server import check_server, open_client, redis_errors, split_url
 from accord.adapters.stores.redis.keys import StoreKeys
@@ -52,6 +57,7 @@ class RedisStore(Catalog):
         self.clock: Clock = clock or SystemClock()
         self.where = where
         self.scripts = Scripts(client)
+        self.group = GroupCalls(client)
         self._checked = False
         self._check_lock = asyncio.Lock()
         self._turn = 0
@@ -92,7 +98,7 @@ class RedisStore(Catalog):
         except StoreError:
             return None  # a run id that cannot be stored names no run
         async with redis_errors("load"):
-            version, state = await self.client.hmget(key, "v", "state")
+            version, state = await self.group.submit_command("HMGET", key, "v", "state")
         return None if version is None else StoredRun(run_id, int(version), json.loads(state))
 
     async def commit(self, commit: Commit) -> int:
@@ -101,7 +107,7 @@ class RedisStore(Catalog):
         args = commit_args(commit, self.clock.now_ms())
         await self.ready()
         async with redis_errors("commit"):
-            reply = await self.scripts.commit(keys=keys.commit_keys(), args=args)
+            reply = await self.group.submit(self.scripts.commit, keys.commit_keys(), args)
         code = int(reply[0])
         if code > 0:
             return code
@@ -122,7 +128,7 @@ class RedisStore(Catalog):
         except StoreError:
             return []
         async with redis_errors("history"):
-            entries = await self.client.lrange(key, 0, -1)
+            entries = await self.group.submit_command("LRANGE", key, 0, -1)
         return [json.loads(e) for e in entries]
 
     def _shard_order(self) -> list[int]:
@@ -132,31 +138,34 @@ class RedisStore(Catalog):
 
     async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
         await self.ready()
+        script, shards = self.scripts.claim_timers, self.keys.shards
 
-        async def claim(shard: int, quota: int) -> list[Timer]:
-            s = self.keys.shards[shard]
-            flat = await self.scripts.claim_timers(
-                keys=[s.timers, s.timer_data, s.timer_owner],
-                args=[now_ms, now_ms + lease_ms, quota, owner],
-            )
+        def claim(shard: int, quota: int) -> Any:
+            s = shards[shard]
+            keys = [s.timers, s.timer_data, s.timer_owner]
+            return self.group.submit(script, keys, [now_ms, now_ms + lease_ms, quota, owner])
+
+        def timers(flat: list[str]) -> list[Timer]:
             return [
                 Timer(timer_id, *json.loads(data))
                 for timer_id, data in zip(flat[::2], flat[1::2], strict=True)
             ]
 
         async with redis_errors("claim_timers"):
-            claimed = await claim_across(self._shard_order(), limit, claim)
+            claimed = await claim_across(self._shard_order(), limit, claim, timers)
         return sorted((t for _, t in claimed), key=lambda t: (t.due_at_ms, t.timer_id))
 
     async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
         await self.ready()
         now = self.clock.now_ms()
+        script, shards = self.scripts.claim_outbox, self.keys.shards
 
-        async def claim(shard: int, quota: int) -> list[tuple[tuple[int, int], OutboxEntry]]:
-            s = self.keys.shards[shard]
-            flat = await self.scripts.claim_outbox(
-                keys=[s.outbox, s.outbox_lease], args=[now, now + lease_ms, quota, owner]
-            )
+        def claim(shard: int, quota: int) -> Any:
+            s = shards[shard]
+            keys = [s.outbox, s.outbox_lease]
+            return self.group.submit(script, keys, [now, now + lease_ms, quota, owner])
+
+        def entries(flat: list[str]) -> list[tuple[tuple[int, int], OutboxEntry]]:
             entries = []
             for n in range(0, len(flat), 6):
                 sid, entry_id, run_id, topic, payload, created = flat[n : n + 6]
@@ -166,7 +175,7 @@ class RedisStore(Catalog):
             return entries
 
         async with redis_errors("claim_outbox"):
-            claimed = await claim_across(self._shard_order(), limit, claim)
+            claimed = await claim_across(self._shard_order(), limit, claim, entries)
         if len(self._entry_shard) > 100_000:  # claims never marked done: forget, fall back
             self._entry_shard.clear()
         for shard, (_, entry) in claimed:
@@ -183,13 +192,12 @@ class RedisStore(Catalog):
             targets = range(self.keys.shard_count) if shard is None else (shard,)
             for n in targets:  # an id claimed elsewhere: ask every shard (unknown ids are no-ops)
                 by_shard.setdefault(n, []).append(entry_id)
-        calls = []
-        for shard, ids in by_shard.items():
-            s = self.keys.shards[shard]
-            calls.append(
-                self.scripts.done_outbox(keys=[s.outbox, s.outbox_ids, s.outbox_lease], args=ids)
-            )
         async with redis_errors("outbox_done"):
+            calls = []
+            for shard, ids in by_shard.items():
+                s = self.keys.shards[shard]
+                keys = [s.outbox, s.outbox_ids, s.outbox_lease]
+                calls.append(self.group.submit(self.scripts.done_outbox, keys, ids))
             await asyncio.gather(*calls)
 
     async def list_runs(self, limit: int = 100, **filters: str) -> list[StoredRun]:
@@ -198,4 +206,5 @@ class RedisStore(Catalog):
             return await list_runs(self.client, self.keys, limit, filters)
 
     async def close(self) -> None:
+        await self.group.close()
         await self.client.aclose()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from accord.adapters import _store_rules as rules
+from accord.adapters.stores.redis._group import GroupCalls
 from accord.adapters.stores.redis._scripts import Scripts
 from accord.adapters.stores.redis._server import redis_errors
 from accord.adapters.stores.redis.keys import StoreKeys
@@ -32,6 +33,7 @@ class Catalog:
     keys: StoreKeys
     clock: Clock
     scripts: Scripts
+    group: GroupCalls
 
     async def ready(self) -> None:
         raise NotImplementedError
@@ -53,7 +55,7 @@ class Catalog:
         except StoreError:
             return None
         async with redis_errors("get_plan"):
-            text = await self.client.get(key)
+            text = await self.group.submit_command("GET", key)
         return None if text is None else dict(json.loads(text))
 
     async def set_active(self, workflow: str, digest: str) -> None:
@@ -79,7 +81,7 @@ class Catalog:
         except StoreError:
             return []
         async with redis_errors("plan_versions"):
-            rows = await self.client.lrange(key, -1 if latest_only else 0, -1)
+            rows = await self.group.submit_command("LRANGE", key, -1 if latest_only else 0, -1)
         return rules.activation_rows([tuple(json.loads(r)) for r in rows])
 
     async def announce(

@@ -9,11 +9,12 @@ Shards are read concurrently and merged; the run records are read in one pipelin
 
 **Claims.** A claim of ``limit`` items is split over the shards still worth asking (quotas
 summing to the remaining limit, starting from a rotating shard so claimants spread out). Each
-shard's script is atomic on its own; the calls of one round run concurrently. A shard that returns
-less than its quota is drained and dropped; the rest are asked again for what is still missing.
-Every round either claims something or drops a shard, so a claim takes at most ``shards`` rounds
-and an empty poll with ``limit >= shards`` takes one. If a call fails half-way through a round,
-items already leased by the other calls come back when their lease lapses (at-least-once).
+shard's script is atomic on its own; the calls of one round go out together, in one pipeline
+(``_group.py``). A shard that returns less than its quota is drained and dropped; the rest are
+asked again for what is still missing. Every round either claims something or drops a shard, so
+a claim takes at most ``shards`` rounds and an empty poll with ``limit >= shards`` takes one. If a
+call fails, items already leased by the other calls come back when their lease lapses
+(at-least-once).
 """
 
 from __future__ import annotations
@@ -102,15 +103,20 @@ async def _keep_matching(
 
 
 async def claim_across(
-    order: list[int], limit: int, claim: Callable[[int, int], Awaitable[list[T]]]
+    order: list[int],
+    limit: int,
+    claim: Callable[[int, int], Awaitable[Any]],
+    decode: Callable[[Any], list[T]],
 ) -> list[tuple[int, T]]:
-    """``(shard, item)`` pairs, at most ``limit``; ``claim(shard, quota)`` leases up to
-    ``quota`` items of one shard."""
+    """``(shard, item)`` pairs, at most ``limit``. ``claim(shard, quota)`` starts the lease of up
+    to ``quota`` items of one shard and returns the future of its reply (the calls of a round are
+    made together, so they travel in one pipeline); ``decode`` turns a reply into the items."""
     remaining, live, got = limit, list(order), []
     while remaining > 0 and live:
         quotas = _split(remaining, live)
-        replies = await asyncio.gather(*(claim(shard, quota) for shard, quota in quotas))
-        for (shard, quota), items in zip(quotas, replies, strict=True):
+        replies = await asyncio.gather(*[claim(shard, quota) for shard, quota in quotas])
+        for (shard, quota), reply in zip(quotas, replies, strict=True):
+            items = decode(reply)
             got += [(shard, item) for item in items]
             remaining -= len(items)
             if len(items) < quota:

@@ -1,15 +1,19 @@
 """The store's Lua scripts, loaded from their protocol files, and the codes they return.
 
 Each ``*.lua`` file in this package is one script; the number in its name is its key count, and
-its header lists KEYS and ARGV. :class:`Scripts` registers them on a client (redis-py runs them
-with ``EVALSHA`` and falls back to ``EVAL`` after a restart emptied the script cache). Every script
+its header lists KEYS and ARGV. :class:`Scripts` registers them on a client; the store sends them
+with ``EVALSHA`` through its call group (``_group.py``), which loads a script again after a
+restart emptied the script cache (``announce`` goes through redis-py's own loader). Every script
 validates all of its input before its first write, because Redis does not roll back a script that
 fails half-way; negative return codes (:class:`ScriptCode`) report refusals without an error.
 
 :func:`commit_args` builds the commit script's ARGV. Everything that can be refused on the client
 side is refused there, before Redis is asked: JSON that does not serialise (the same
 :class:`~accord.errors.StoreError` naming the field as the other stores), index values that are
-not strings, an ``updated_at`` outside the index's range.
+not strings, an ``updated_at`` outside the index's range. A state handed over as an
+:class:`~accord.engine.encoding.EncodedDoc` is stored as the text it carries; the other documents
+are encoded with the shared canonical encoder, and only when one fails are they encoded again one
+by one to name the field.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 from accord.adapters import _store_rules as rules
 from accord.adapters.stores.redis.keys import order_key
+from accord.engine.encoding import EncodedDoc
+from accord.engine.encoding import canonical_text as _text
 from accord.engine.ports import Commit
 from accord.errors import StoreError
 
@@ -52,23 +58,41 @@ class Scripts:
 
 
 def commit_args(commit: Commit, now_ms: int) -> list[str | int]:
-    state = rules.dump(commit.state, "state")
-    history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
-    outbox: list[str | int] = []
-    for i, e in enumerate(commit.outbox):
-        payload = rules.dump(e.payload, f"outbox[{i}].payload")
-        outbox += [e.entry_id, e.run_id, e.topic, payload, e.created_at_ms or now_ms]
-    timers: list[str | int] = []
-    for i, t in enumerate(commit.timers_set):
-        timers += [t.timer_id, t.due_at_ms, rules.dump([t.run_id, t.due_at_ms, t.payload],
-                                                      f"timers_set[{i}]")]  # fmt: skip
+    state = commit.state
+    state_text = state.canonical if isinstance(state, EncodedDoc) else rules.dump(state, "state")
     for key, value in commit.index.items():
         if not isinstance(value, str):
             raise StoreError(f"commit of {commit.run_id!r}: index {key}={value!r} is not a string")
     index = {k: v for k, v in commit.index.items() if k != "updated_at"}
     order = order_key(rules.updated_at(commit.index, now_ms))
-    counts = [len(history), len(commit.outbox), len(commit.timers_set), len(commit.timers_cancel)]
+    outbox, timers = commit.outbox, commit.timers_set
+    try:
+        history = [_text(h) for h in commit.history]
+        boxes: list[str | int] = []
+        for e in outbox:
+            boxes += (e.entry_id, e.run_id, e.topic, _text(e.payload), e.created_at_ms or now_ms)
+        marks = [
+            value
+            for t in timers
+            for value in (t.timer_id, t.due_at_ms, _text([t.run_id, t.due_at_ms, t.payload]))
+        ]
+        index_text = _text(index)
+    except (TypeError, ValueError):
+        _name_the_culprit(commit)
+        raise
     return [
-        commit.expected_version, state, order, rules.dump(index, "index"), commit.run_id,
-        *counts, *history, *outbox, *timers, *commit.timers_cancel,
+        commit.expected_version, state_text, order, index_text, commit.run_id,
+        len(history), len(outbox), len(timers), len(commit.timers_cancel),
+        *history, *boxes, *marks, *commit.timers_cancel,
     ]  # fmt: skip
+
+
+def _name_the_culprit(commit: Commit) -> None:
+    """Raise the :class:`StoreError` naming the first field of ``commit`` that is not JSON."""
+    for i, h in enumerate(commit.history):
+        rules.dump(h, f"history[{i}]")
+    for i, e in enumerate(commit.outbox):
+        rules.dump(e.payload, f"outbox[{i}].payload")
+    for i, t in enumerate(commit.timers_set):
+        rules.dump([t.run_id, t.due_at_ms, t.payload], f"timers_set[{i}]")
+    rules.dump(commit.index, "index")
