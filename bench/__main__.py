@@ -3,7 +3,8 @@
 Each ``bench/bench_<name>.py`` module exposes ``run(smoke: bool) -> dict`` returning a flat or
 nested mapping of figures. Every benchmark is repeated (3 times by default; once in smoke mode)
 and numeric figures are summarised as median with min–max. Results go to ``bench/RESULTS.md``
-and ``bench/results.json`` (smoke runs write under ``bench/out/`` so committed results stay put),
+and ``bench/results.json`` (smoke runs and ``--only`` runs write under ``bench/out/`` so the
+committed full results stay put),
 closing with the targets-and-ratios section of :mod:`bench.summary` and the plots of
 :mod:`bench.plots` beside them. The load average at start and end is recorded with the machine.
 A benchmark that fails is reported with its error, never silently dropped.
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             results["benchmarks"][label] = {"error": f"{type(exc).__name__}: {exc}"}
         print(f"[bench] {label} done in {time.perf_counter() - began:.1f}s", flush=True)
     results["machine"]["load_end"] = _load()
-    out = HERE / "out" if args.smoke else HERE
+    out = HERE / "out" if args.smoke or args.only else HERE  # a partial run replaces nothing
     out.mkdir(exist_ok=True)
     closing = summary.markdown(results)
     try:

@@ -1,8 +1,9 @@
 """The distributed back-ends of the engine benchmark, and the engine's RSS in a process of its own.
 
-:func:`keyspace` hands :mod:`bench.bench_engine` a store URL and a transport URL on fresh
-prefixes: the Redis store (database 15) with the BullMQ transport on the same server, or with
-RabbitMQ (durable quorum queues, publisher confirms). Afterwards every key under both prefixes is
+:func:`keyspace` hands :mod:`bench.bench_engine` and :mod:`bench.bench_fleet` (whose engine and
+worker processes share them) a store URL and a transport URL on fresh prefixes: the Redis store
+(database 15) with the BullMQ transport on the same server, or with RabbitMQ (durable quorum
+queues, publisher confirms). Afterwards every key under both prefixes is
 deleted and, for RabbitMQ, every queue the transport declared (with the fixed job, outcome and
 control queues and their dead-letter queues, in case a declaration was not recorded). The
 services must already answer (``make bench-services`` starts them); when they do not, the

@@ -6,7 +6,12 @@
   percentiles, not samples) — the same hops, end of one task to start of the next.
 - ``scaling.png``: runs/s against task slots (1, 2, 4) for each peer, and Accord's figures at
   slots ``bench_scaling`` measured (``scaling.<backend>.scaling.<slots>``; failing that the
-  engine benchmark's, or its 4-slot throughput).
+  engine benchmark's, or its 4-slot throughput); with the fleet benchmark, the distributed
+  back-ends as deployed, one engine process and 1–3 worker processes of 4 slots each (so 4, 8
+  and 12 slots in all).
+
+For the distributed back-ends, the hop marks are the fleet benchmark's (engine and worker
+processes apart) when it ran, else the in-process engine benchmark's.
 
 matplotlib (Agg backend, no display) comes with the ``dev`` extra.
 """
@@ -17,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.summary import PEERS, figure, peer_ok
+from bench.summary import FLEET_BACKENDS, PEERS, deployed, figure, fleet_configs, peer_ok
 
 BACKENDS = ("memory", "sqlite", "bullmq", "rabbitmq")
 
@@ -54,6 +59,15 @@ def _scaling(results: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
             found = [(4, rate)] if rate is not None else []
         if found:
             series[f"accord {backend}"] = found
+    for broker in FLEET_BACKENDS:
+        fleet = []
+        for label, prefix in fleet_configs(results, broker):
+            engines, _, workers = label.split()[0].removeprefix("e").partition("w")
+            rate = figure(results, "fleet", f"{prefix}.runs_per_s")
+            if engines == "1" and workers.isdigit() and rate is not None:
+                fleet.append((4 * int(workers), rate))
+        if fleet:
+            series[f"accord {broker} fleet (1 engine, 4-slot workers)"] = sorted(fleet)
     return series
 
 
@@ -70,8 +84,12 @@ def write(results: dict[str, Any], out: Path, samples: Path) -> list[Path]:
         fractions = [(i + 1) / len(values) for i in range(len(values))]
         ax.step(values, fractions, where="post", label=f"{peer} ({len(values)} hops)")
     for backend in BACKENDS:
-        p50 = figure(results, "engine", f"{backend}.hop_p50_ms_single_run", f"{backend}.hop_p50_ms")
-        p99 = figure(results, "engine", f"{backend}.hop_p99_ms_single_run", f"{backend}.hop_p99_ms")
+        p50 = deployed(results, backend, "hop_p50_ms_single_run") or deployed(
+            results, backend, "hop_p50_ms"
+        )
+        p99 = deployed(results, backend, "hop_p99_ms_single_run") or deployed(
+            results, backend, "hop_p99_ms"
+        )
         if p50 is not None and p50 > 0:
             xs, ys = ([p50, p99], [0.5, 0.99]) if p99 and p99 > 0 else ([p50], [0.5])
             ax.plot(xs, ys, marker="o", linestyle="--", label=f"accord {backend} (p50, p99)")
@@ -89,14 +107,14 @@ def write(results: dict[str, Any], out: Path, samples: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(8, 5))
     for name, points in _scaling(results).items():
-        xs, ys = zip(*points, strict=True)
-        ax.plot(xs, ys, marker="o", label=name)
+        slots, rates = zip(*points, strict=True)
+        ax.plot(slots, rates, marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
+    ax.set_xticks([1, 2, 4, 8, 12], ["1", "2", "4", "8", "12"])
     ax.set_xlabel("task slots")
     ax.set_ylabel("runs/s (log)")
-    ax.set_title("Throughput vs task slots (100–200 runs started at once)")
+    ax.set_title("Throughput vs task slots (100–1,000 runs started at once)")
     ax.grid(True, which="both", alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PEERS = ("celery", "temporal", "dbos")
+FLEET_BACKENDS = ("bullmq", "rabbitmq")
 HIGHER, LOWER = "higher", "lower"
 
 
@@ -99,6 +100,15 @@ class Row:
         return "" if self.target is None else status(self.value, *self.target)
 
 
+def deployed(r: dict[str, Any], backend: str, key: str) -> float | None:
+    """A backend's figure as deployed: for the distributed ones the fleet benchmark's default
+    configuration (engine and worker processes apart), else the in-process engine benchmark's."""
+    fleet = figure(r, "fleet", f"{backend}.{key}") if backend in FLEET_BACKENDS else None
+    if fleet is not None:
+        return fleet
+    return figure(r, "engine", *(f"{k}.{key}" for k in (backend, f"redis_{backend}")))
+
+
 def _per_ms(rate: float | None) -> float | None:
     return 1000 / rate if rate else None
 
@@ -120,11 +130,9 @@ def rows(r: dict[str, Any]) -> list[Row]:
         ("Redis + BullMQ", "bullmq", redis_many, _per_ms(redis_cas), None, 2.5),
         ("Redis + RabbitMQ", "rabbitmq", redis_many, _per_ms(redis_cas), None, 2.5),
     ):
-        keys = (key, f"redis_{key}", f"redis+{key}")
-        runs = figure(r, "engine", *(f"{k}.runs_per_s" for k in keys))
-        tps = figure(r, "engine", *(f"{k}.transitions_per_s" for k in keys))
-        hop = figure(r, "engine", *(f"{k}.hop_p50_ms_single_run" for k in keys),
-                     *(f"{k}.hop_p50_ms" for k in keys))  # fmt: skip
+        runs = deployed(r, key, "runs_per_s")
+        tps = deployed(r, key, "transitions_per_s")
+        hop = deployed(r, key, "hop_p50_ms_single_run") or deployed(r, key, "hop_p50_ms")
         # twice Celery's runs/s measured in the same run; issue 6's 275 (2 × 137) when absent
         goal_runs = (2 * celery if celery else 275.0) if key in ("bullmq", "rabbitmq") else goal
         limit_runs = tx_limit * runs / tps if tx_limit and runs and tps else None
@@ -184,6 +192,54 @@ def peer_table(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+FLEET_COLUMNS = (
+    ("runs/s", "runs_per_s"),
+    ("hop p50 ms", "hop_p50_ms"),
+    ("hop p99 ms", "hop_p99_ms"),
+    ("hop p50 ms (1 run)", "hop_p50_ms_single_run"),
+    ("hop p99 ms (1 run)", "hop_p99_ms_single_run"),
+    ("CPU ms/run (fleet)", "cpu_ms_per_run"),
+    ("engine", "engine_cpu_ms_per_run"),
+    ("workers", "workers_cpu_ms_per_run"),
+    ("Redis", "redis_cpu_ms_per_run"),
+    ("RabbitMQ", "rabbitmq_cpu_ms_per_run"),
+    ("conflicts", "conflicts"),
+)
+
+
+def fleet_configs(r: dict[str, Any], broker: str) -> list[tuple[str, str]]:
+    """``(label, key prefix)`` of each fleet configuration measured for ``broker``, the default
+    first: the labels read ``e<engines>w<workers>``."""
+    figures = r.get("benchmarks", {}).get("fleet", {}).get("figures", {})
+    if f"{broker}.runs_per_s" not in figures:
+        return []
+    engines = figure(r, "fleet", f"{broker}.engines")
+    workers = figure(r, "fleet", f"{broker}.workers")
+    default = f"e{engines:.0f}w{workers:.0f}" if engines and workers else "default"
+    found = [(f"{default} (default)", broker)]
+    variants = f"{broker}.variants."
+    for key in figures:
+        if key.startswith(variants) and key.endswith(".runs_per_s"):
+            label = key.removeprefix(variants).removesuffix(".runs_per_s")
+            found.append((label, f"{variants}{label}"))
+    return found
+
+
+def fleet_table(r: dict[str, Any]) -> list[str]:
+    """The distributed fleet's configurations, one row each (empty when it was not run)."""
+    lines = ["| broker | engines × workers | " + " | ".join(c for c, _ in FLEET_COLUMNS) + " |",
+             "| --- | --- |" + " ---: |" * len(FLEET_COLUMNS)]  # fmt: skip
+    for broker in FLEET_BACKENDS:
+        for label, prefix in fleet_configs(r, broker):
+            values = [(key, figure(r, "fleet", f"{prefix}.{key}")) for _, key in FLEET_COLUMNS]
+            cells = [
+                f"{v:,.0f}" if key == "conflicts" and v is not None else _num(v)
+                for key, v in values
+            ]
+            lines.append(f"| {broker} | {label} | " + " | ".join(cells) + " |")
+    return lines if len(lines) > 2 else []
+
+
 def furthest_behind(table: list[Row]) -> tuple[Row | None, Row | None]:
     """The row furthest behind the best peer, and the one furthest from its limit."""
     by_peer = [row for row in table if row.vs_peer is not None]
@@ -218,9 +274,11 @@ def markdown(r: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Every repetition of every benchmark runs in a fresh interpreter. Accord's CPU is the"
-        " engine process's, no-op worker included (it runs in the same process); its RSS is the"
-        " peak (VmHWM) of a fresh interpreter running the SQLite variant alone.",
+        "Every repetition of every benchmark runs in a fresh interpreter. The memory and SQLite"
+        " rows run engine and no-op worker in one process (the CPU figure counts both); the"
+        " Redis rows come from the fleet benchmark when it ran: engine and worker processes"
+        " apart, as deployed. RSS is the peak (VmHWM) of a fresh interpreter running the"
+        " SQLite variant alone.",
         "",
         "### Peers (same workload, own virtual environments)",
         "",
@@ -230,6 +288,20 @@ def markdown(r: dict[str, Any]) -> str:
         " prefork children share pages, so its figure is an upper bound. Peers' CPU counts"
         " their own processes (Redis's, for Celery, is `celery.broker_cpu_ms_per_run`).",
     ]
+    fleet = fleet_table(r)
+    if fleet:
+        at = lines.index("### Peers (same workload, own virtual environments)")
+        lines[at:at] = [
+            "### Distributed fleet (engine and worker processes apart)",
+            "",
+            *fleet,
+            "",
+            "`CPU ms/run (fleet)` is every engine and worker process's (`engine` + `workers`);"
+            " `Redis` and `RabbitMQ` are the servers' over the same window (anything else using"
+            " them meanwhile included). `conflicts`: commits lost to another engine process."
+            " Hops without `(1 run)` are measured during the throughput phase.",
+            "",
+        ]
     behind_peer, behind_limit = furthest_behind(table)
     lines.append("")
     if behind_peer is not None:

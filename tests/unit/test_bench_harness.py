@@ -1,12 +1,17 @@
 """The benchmark harness's own logic: summarising repeats, ratios, targets, the peer workload.
 
 Pure functions on synthetic inputs (the figures are made up here, so each assertion can fail),
-plus one real end-to-end run of ``python -m bench --smoke --only limits`` (under a second).
+plus one real end-to-end run of ``python -m bench --smoke --only limits`` (under a second), the
+no-op worker's hop stamps, and tiny runs of the distributed fleet (engine and worker processes
+on the real Redis and RabbitMQ, a few seconds each).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +19,17 @@ from typing import Any
 
 import pytest
 from bench.__main__ import _summarise
+from bench.bench_fleet import _configuration, plan, stat_cpu_s
 from bench.peers import workload
 from bench.peers.venvs import Peer, PeerFailed, measure
-from bench.summary import HIGHER, LOWER, advantage, figure, markdown, rows, status
+from bench.summary import HIGHER, LOWER, advantage, figure, fleet_table, markdown, rows, status
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.services import ensure_redis
+from accord.adapters.transports.memory import MemoryTransport
+from accord.engine.intake import OUTCOMES_QUEUE
+from accord.testing.workers import run_noop_worker
+from tests.services import ensure_rabbitmq, ensure_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -161,3 +170,115 @@ def test_a_peer_that_cannot_run_fails_with_its_reason(tmp_path: Path) -> None:
     broken = Peer("broken", (), "bench.peers.no_such_peer")
     with pytest.raises(PeerFailed, match=r"exit 1: .*No module named bench\.peers\.no_such_peer"):
         measure(broken, Path(sys.executable), True, 5, tmp_path / "samples.json")
+
+
+FLEET = {
+    "bullmq.runs_per_s": 150.0,
+    "bullmq.transitions_per_s": 1350.0,
+    "bullmq.hop_p50_ms_single_run": 2.0,
+    "bullmq.engines": 1,
+    "bullmq.workers": 2,
+    "bullmq.cpu_ms_per_run": 9.5,
+    "bullmq.variants.e2w2.runs_per_s": 90.0,
+    "bullmq.variants.e2w2.conflicts": 2000,
+}
+
+
+def test_redis_rows_take_the_fleet_figures_when_the_fleet_ran() -> None:
+    engine = {"bullmq.runs_per_s": 30.0, "bullmq.hop_p50_ms_single_run": 12.0}
+    engine |= {"rabbitmq.runs_per_s": 40.0}
+    table = rows(_results(engine=engine, fleet=FLEET))
+    assert _row(table, "Redis + BullMQ: runs/s").value == 150.0
+    assert _row(table, "Redis + BullMQ: per-hop").value == 2.0
+    assert _row(table, "Redis + RabbitMQ: runs/s").value == 40.0  # no fleet figure: in-process
+    assert _row(rows(_results(engine=engine)), "Redis + BullMQ: runs/s").value == 30.0
+
+
+def test_fleet_table_lists_the_default_then_the_variants() -> None:
+    lines = fleet_table(_results(fleet=FLEET))
+    assert lines[2].startswith("| bullmq | e1w2 (default) | 150.0 |")
+    assert "| 9.500 |" in lines[2]
+    assert lines[3].startswith("| bullmq | e2w2 | 90.0 |") and lines[3].endswith("| 2,000 |")
+    assert len(lines) == 4  # no RabbitMQ row without its figures
+    assert fleet_table(_results(engine={"bullmq.runs_per_s": 30.0})) == []
+    assert "### Distributed fleet" in markdown(_results(fleet=FLEET))
+
+
+def test_stat_cpu_reads_utime_and_stime_past_an_awkward_command_name() -> None:
+    tail = " ".join(str(v) for v in range(3, 20))  # fields 3.. of /proc/<pid>/stat
+    line = f"4242 (a b) c) {tail}"  # utime is field 14 (value 14), stime field 15 (value 15)
+    assert math.isclose(stat_cpu_s(line) * os.sysconf("SC_CLK_TCK"), 14 + 15)
+    assert stat_cpu_s(Path("/proc/self/stat").read_text()) >= 0
+
+
+def test_fleet_configurations_default_first_or_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACCORD_BENCH_FLEET", raising=False)
+    full, smoke = plan(smoke=False), plan(smoke=True)
+    assert set(full) == {"bullmq", "rabbitmq"} and all(len(c) == 1 for c in smoke.values())
+    assert all(c[0] == smoke[b][0] and c[0] not in c[1:] for b, c in full.items())
+    monkeypatch.setenv("ACCORD_BENCH_FLEET", "rabbitmq:2x3,1x1")
+    assert plan(smoke=True) == {"rabbitmq": [(2, 3), (1, 1)]}
+
+
+class _Recording(MemoryTransport):
+    """The in-memory queue, noting each publish in order."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    async def _publish(self, queue: str, message_id: str, body: bytes, avail_at: int) -> None:
+        self.log.append(f"publish {message_id}")
+        await super()._publish(queue, message_id, body, avail_at)
+
+
+async def test_noop_worker_stamps_a_job_start_on_receipt_before_accepting_it() -> None:
+    log: list[str] = []
+    transport = _Recording(log)
+    job = {"messageId": "j1", "runId": "r1", "stage": "render", "attempt": 1, "fence": 1}
+    await transport.publish("q", "j1", json.dumps(job).encode())
+    stop = asyncio.Event()
+
+    def observe(what: str, envelope: Any) -> None:
+        log.append(f"{what} {envelope['messageId']}")
+        if what == "end":
+            stop.set()
+
+    await asyncio.wait_for(run_noop_worker(transport, ["q"], stop=stop, observe=observe), 10)
+    assert log == [
+        "publish j1",
+        "start j1",
+        "publish j1:accepted",
+        "publish j1:succeeded",
+        "end j1",
+    ]
+    answers = [json.loads(d.body)["messageType"] for d in await _drain(transport, OUTCOMES_QUEUE)]
+    assert answers == ["accepted", "succeeded"]
+
+
+async def _drain(transport: MemoryTransport, queue: str) -> list[Any]:
+    out = []
+    async for delivery in transport.consume(queue, 10):
+        out.append(delivery)
+        await transport.ack(delivery)
+        if len(out) == 2:
+            break
+    return out
+
+
+@pytest.mark.parametrize(("broker", "engines"), [("bullmq", 1), ("rabbitmq", 1), ("bullmq", 2)])
+async def test_a_tiny_fleet_reports_every_process(broker: str, engines: int) -> None:
+    ensure_redis()
+    if broker == "rabbitmq":
+        ensure_rabbitmq()
+    figures = await _configuration(broker, engines, 1, 6, 2)
+    # the second engine's commits are counted; with two engines competing for outcomes a
+    # stage's `accepted` may arrive after its `succeeded` and commit nothing (rarely)
+    least = 9 if engines == 1 else 7
+    assert least <= figures["transitions_per_run"] <= 9
+    # stamps from the worker process matched every hop
+    assert all(math.isfinite(figures[k]) for k in ("hop_p50_ms", "hop_p50_ms_single_run"))
+    assert figures["hop_p50_ms"] > 0 and figures["conflicts"] >= 0
+    assert figures["cpu_ms_per_run"] >= figures["engine_cpu_ms_per_run"] > 0
+    assert ("rabbitmq_cpu_ms_per_run" in figures) == (broker == "rabbitmq")
+    assert "redis_cpu_ms_per_run" in figures

@@ -9,8 +9,9 @@ message id, so a redelivered job produces the same outcome ids and the transport
 copies.
 
 ``task_slots`` bounds how many jobs run at once across all queues. ``observe`` is called with
-``("start" | "end", envelope)`` around each handler run, which is how the benchmark measures
-per-hop latency without touching the engine.
+``("start", envelope)`` as soon as a job is received (before ``accepted`` is published) and with
+``("end", envelope)`` once its answer is published, which is how the benchmark measures per-hop
+latency (one task's end to the next one's receipt) without touching the engine.
 """
 
 from __future__ import annotations
@@ -80,11 +81,11 @@ async def run_noop_worker(
     async def serve(delivery: Delivery) -> None:
         try:
             envelope = json.loads(delivery.body)
+            if observe:  # the job is received: a hop ends here, before any answer goes out
+                observe("start", envelope)
             await transport.publish(
                 outcomes_queue, *outcome(envelope, "accepted", workerId=worker_id)
             )
-            if observe:
-                observe("start", envelope)
             try:
                 result = await handler(envelope)
                 answer = outcome(envelope, "succeeded", result)

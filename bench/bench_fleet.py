@@ -1,0 +1,368 @@
+"""The distributed engine as deployed: engine and worker processes apart, Redis + BullMQ and Redis
++ RabbitMQ.
+
+Same plan and no-op worker as :mod:`bench.bench_engine` (``render → fork(analyse, metadata) →
+join → publish``, 9 transitions per run), but nothing shares a process with anything else: the
+engine runs in this process (it starts the runs, as an engine serving the API does), each of
+``W`` workers is a process of its own running
+:func:`~accord.testing.workers.run_noop_worker` with 4 task slots over the same transport URL,
+and with two engines a second engine process consumes the same outcomes queue
+(:mod:`bench.fleet_proc`). Store and queues live on fresh prefixes, removed afterwards
+(:mod:`bench.engine_distributed`). Timing starts only when every process answered ``ready`` and
+every worker has received a job of a warm-up batch.
+
+Figures per configuration (``e<engines>w<workers>``):
+
+- ``runs_per_s`` / ``transitions_per_s``: N runs started at once, until all are terminal;
+  ``conflicts``: commits that lost a race with another engine in that phase (outcomes are not
+  routed by run, so two engines both load and commit the same run);
+- ``hop_p50_ms`` / ``hop_p99_ms``: end of one task (its result published) to the start of the
+  next (its job received by a worker), during the throughput phase; ``hop_*_single_run``: the
+  same with one run in flight; ``single_run_p50_ms``: one run at a time, start to terminal.
+  Workers stamp with ``time.perf_counter`` (``CLOCK_MONOTONIC``, one clock machine-wide) and
+  hand their stamps back when they stop;
+- ``cpu_ms_per_run``: CPU of every fleet process over the throughput phase (this process's own,
+  the others' ``utime + stime`` from ``/proc/<pid>/stat``), per run, split into
+  ``engine_cpu_ms_per_run`` and ``workers_cpu_ms_per_run``; ``redis_cpu_ms_per_run`` (``INFO
+  cpu``, user + sys) and ``rabbitmq_cpu_ms_per_run`` (the ``beam.smp`` process) are the servers'
+  over the same window — they also count whatever else uses the servers meanwhile;
+- ``load_average_start`` / ``load_average_end``: the machine's 1-minute load around each
+  configuration.
+
+The default configuration is at the top of each broker's figures; the others tried are under
+``variants``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from accord.adapters.clock import SystemClock
+from accord.engine.orchestrator import Engine
+from bench.bench_engine import PLAN, _pct, _Tracker
+from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
+
+SLOTS = 4
+# (engines, workers): one engine and one 4-slot worker had the most runs/s and the least CPU per
+# run on this 2-core machine, and its 4 task slots are the peers' (Celery: one worker, prefork 4);
+# more workers shorten RabbitMQ's hops under load; a second engine costs conflicts and CPU
+DEFAULT = {"bullmq": (1, 1), "rabbitmq": (1, 1)}
+VARIANTS = ((1, 1), (1, 2), (1, 3), (2, 1))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def stat_cpu_s(stat: str) -> float:
+    """User + system CPU seconds (``utime + stime``, all threads) in a ``/proc/<pid>/stat`` line."""
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may hold spaces and ")"
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _proc_cpu_s(pid: int) -> float:
+    return stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
+
+
+def _beam_pid() -> int | None:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() == "beam.smp":
+                    return int(entry.name)
+    return None
+
+
+def _redis_cpu_s() -> float | None:
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, socket_timeout=2)
+    try:
+        info = client.info("cpu")
+        return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
+    except (redis.RedisError, KeyError):
+        return None
+    finally:
+        client.close()
+
+
+@dataclass
+class _Child:
+    """One fleet process and what it has said on stdout."""
+
+    role: str
+    proc: asyncio.subprocess.Process
+    out: Path
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    warm: asyncio.Event = field(default_factory=asyncio.Event)
+    stats: asyncio.Queue[tuple[int, int]] = field(default_factory=asyncio.Queue)
+    reader: asyncio.Task[None] | None = None
+
+    async def read(self, tracker: _Tracker) -> None:
+        assert self.proc.stdout is not None
+        async for raw in self.proc.stdout:
+            word, *rest = raw.decode().split()
+            if word == "ready":
+                self.ready.set()
+            elif word == "warm":
+                self.warm.set()
+            elif word == "done":
+                tracker.done.setdefault(rest[0], float(rest[1]))
+                tracker.changed.set()
+            elif word == "stats":
+                self.stats.put_nowait((int(rest[0]), int(rest[1])))
+
+    async def counters(self) -> tuple[int, int]:
+        """(transitions, conflicts) of an engine process, now."""
+        self.proc.send_signal(signal.SIGUSR1)
+        return await asyncio.wait_for(self.stats.get(), 10)
+
+
+async def _spawn(role: str, args: list[str], tmp: Path, name: str, tracker: _Tracker) -> _Child:
+    out, err = tmp / f"{name}.json", (tmp / f"{name}.err").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.fleet_proc", role, *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
+    )  # fmt: skip
+    err.close()
+    child = _Child(role, proc, out)
+    child.reader = asyncio.get_running_loop().create_task(child.read(tracker))
+    return child
+
+
+def _stderr_tails(children: list[_Child]) -> str:
+    tails = []
+    for child in children:
+        with contextlib.suppress(OSError):
+            tail = child.out.with_suffix(".err").read_text(errors="replace").strip()[-1500:]
+            if tail:
+                tails.append(f"{child.role} pid {child.proc.pid}: {tail}")
+    return " | ".join(tails) or "(none)"
+
+
+async def _await_all(children: list[_Child], what: str, timeout_s: float) -> None:
+    events = [getattr(c, what) for c in children]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), timeout_s)
+    except TimeoutError:
+        late = [c for c, e in zip(children, events, strict=True) if not e.is_set()]
+        reasons = []
+        for c in late:
+            tail = (c.out.with_suffix(".err")).read_text(errors="replace")[-1500:]
+            reasons.append(f"{c.role} pid {c.proc.pid} (exit {c.proc.returncode}): {tail}")
+        raise RuntimeError(
+            f"{len(late)} fleet processes not {what}: " + " | ".join(reasons)
+        ) from None
+
+
+@contextlib.asynccontextmanager
+async def _fleet(
+    store_url: str, transport_url: str, engines: int, workers: int, *, tracker: _Tracker, tmp: Path
+) -> AsyncIterator[list[_Child]]:
+    spawned = [
+        _spawn("worker", [transport_url, str(tmp / f"w{i}.json"), f"w{i}", str(SLOTS)], tmp,
+               f"w{i}", tracker)
+        for i in range(workers)
+    ] + [
+        _spawn("engine", [store_url, transport_url, str(tmp / f"e{i}.json")], tmp, f"e{i}",
+               tracker)
+        for i in range(1, engines)
+    ]  # fmt: skip
+    children = list(await asyncio.gather(*spawned))
+    try:
+        await _await_all(children, "ready", 60)
+        yield children
+    finally:
+        for child in children:
+            if child.proc.returncode is None:
+                child.proc.terminate()
+        for child in children:
+            try:
+                await asyncio.wait_for(child.proc.wait(), 15)
+            except TimeoutError:
+                child.proc.kill()
+                await child.proc.wait()
+            if child.reader is not None:
+                await child.reader
+
+
+def _worker_stamps(children: list[_Child], tracker: _Tracker) -> None:
+    for child in children:
+        if child.role != "worker":
+            continue
+        doc = json.loads(child.out.read_text())
+        for what, stamps in (("start", tracker.start), ("end", tracker.end)):
+            for key, t in doc[what].items():
+                run_id, stage = key.split(" ")
+                stamps[(run_id, stage)] = min(t, stamps.get((run_id, stage), t))
+
+
+def _declared(children: list[_Child]) -> set[str]:
+    names: set[str] = set()
+    for child in children:
+        with contextlib.suppress(OSError, ValueError):
+            names.update(json.loads(child.out.read_text()).get("declared", ()))
+    return names
+
+
+async def _warm_up(engine: Engine, tracker: _Tracker, workers: list[_Child]) -> None:
+    """Start batches of runs until every worker has received a job (and the batches finished)."""
+    deadline = time.monotonic() + 30
+    batch = 0
+    while not all(w.warm.is_set() for w in workers):
+        if time.monotonic() > deadline:
+            raise RuntimeError("a worker received no job in 30 s of warm-up runs")
+        runs = [
+            await engine.start_run(PLAN.name, {"modelId": f"warm{batch}-{i}"})
+            for i in range(2 * SLOTS * len(workers))
+        ]
+        await tracker.wait(runs, 60)
+        batch += 1
+
+
+async def _snapshot(engine: Engine, children: list[_Child], beam: int | None) -> dict[str, float]:
+    """CPU seconds of every fleet process (and of the servers) and the engines' counters, now."""
+    snap = {"transitions": float(engine.transitions), "conflicts": float(engine.conflicts)}
+    for child in children:
+        if child.role == "engine":
+            transitions, conflicts = await child.counters()
+            snap["transitions"] += transitions
+            snap["conflicts"] += conflicts
+    snap["engine"] = time.process_time()
+    for child in children:
+        snap[child.role] = snap.get(child.role, 0.0) + _proc_cpu_s(child.proc.pid)
+    redis_cpu = _redis_cpu_s()
+    if redis_cpu is not None:
+        snap["redis"] = redis_cpu
+    if beam is not None:
+        snap["rabbitmq"] = _proc_cpu_s(beam)
+    return snap
+
+
+async def _phases(
+    engine: Engine, tracker: _Tracker, children: list[_Child], broker: str, *, n: int, singles: int
+) -> dict[str, Any]:
+    """Warm up, then the throughput phase and the one-run-at-a-time phase."""
+    await _warm_up(engine, tracker, [c for c in children if c.role == "worker"])
+    beam = _beam_pid() if broker == "rabbitmq" else None
+    before = await _snapshot(engine, children, beam)
+    t0 = time.perf_counter()
+    runs = [await engine.start_run(PLAN.name, {"modelId": f"m{i}"}) for i in range(n)]
+    await tracker.wait(runs, 300)
+    elapsed = time.perf_counter() - t0
+    after = await _snapshot(engine, children, beam)
+    used = {key: after[key] - before[key] for key in after if key in before}
+    single, alone = [], []
+    for i in range(singles):
+        began = time.perf_counter()
+        rid = await engine.start_run(PLAN.name, {"modelId": f"s{i}"})
+        await tracker.wait([rid])
+        single.append((tracker.done[rid] - began) * 1000)
+        alone.append(rid)
+    fleet_cpu = used["engine"] + used.get("worker", 0.0)
+    figures: dict[str, Any] = {
+        "runs_per_s": round(n / elapsed, 1),
+        "transitions_per_s": round(used["transitions"] / elapsed, 1),
+        "transitions_per_run": round(used["transitions"] / n, 2),
+        "conflicts": int(used["conflicts"]),
+        "single_run_p50_ms": round(statistics.median(single), 3) if single else math.nan,
+        "cpu_ms_per_run": round(fleet_cpu * 1000 / n, 3),
+        "engine_cpu_ms_per_run": round(used["engine"] * 1000 / n, 3),
+        "workers_cpu_ms_per_run": round(used.get("worker", 0.0) * 1000 / n, 3),
+    }
+    for server in ("redis", "rabbitmq"):
+        if server in used:
+            figures[f"{server}_cpu_ms_per_run"] = round(used[server] * 1000 / n, 3)
+    return {"figures": figures, "runs": runs, "alone": alone}
+
+
+async def _configuration(
+    broker: str, engines: int, workers: int, n: int, singles: int
+) -> dict[str, Any]:
+    """One configuration measured: ``engines`` engine processes (this one included) and
+    ``workers`` worker processes over fresh prefixes of ``broker``."""
+    declared: set[str] = set()
+    tracker = _Tracker()
+    load_start = os.getloadavg()[0]
+    async with keyspace(broker, declared) as (store_url, transport_url):
+        engine = Engine.from_urls(
+            store_url, transport_url, SystemClock(), poll_ms=20, observers=[tracker.transition]
+        )
+        await engine.register_plan(PLAN)
+        await engine.start()
+        gc.collect()
+        gc.freeze()
+        try:
+            with tempfile.TemporaryDirectory(prefix="accord-fleet-") as tmpdir:
+                tmp = Path(tmpdir)
+                async with _fleet(
+                    store_url, transport_url, engines, workers, tracker=tracker, tmp=tmp
+                ) as children:
+                    try:
+                        measured = await _phases(
+                            engine, tracker, children, broker, n=n, singles=singles
+                        )
+                    except TimeoutError as exc:  # with what the fleet processes had to say
+                        raise TimeoutError(f"{exc}; stderr: {_stderr_tails(children)}") from exc
+                _worker_stamps(children, tracker)
+                declared |= _declared(children)
+        finally:
+            declared.update(getattr(engine.transport, "declared", ()))
+            await engine.stop()
+            gc.unfreeze()
+    hops, idle_hops = tracker.hops(measured["runs"]), tracker.hops(measured["alone"])
+    figures: dict[str, Any] = measured["figures"]
+    figures |= {
+        "hop_p50_ms": round(_pct(hops, 0.5), 3),
+        "hop_p99_ms": round(_pct(hops, 0.99), 3),
+        "hop_p50_ms_single_run": round(_pct(idle_hops, 0.5), 3),
+        "hop_p99_ms_single_run": round(_pct(idle_hops, 0.99), 3),
+        "load_average_start": round(load_start, 2),
+        "load_average_end": round(os.getloadavg()[0], 2),
+    }
+    return figures
+
+
+def plan(smoke: bool) -> dict[str, list[tuple[int, int]]]:
+    """Configurations per broker, the default first: ``ACCORD_BENCH_FLEET`` (for instance
+    ``bullmq:1x2,2x2;rabbitmq:1x3``, engines × workers) overrides them."""
+    chosen = os.environ.get("ACCORD_BENCH_FLEET")
+    if chosen:
+        picks = dict(part.split(":") for part in chosen.split(";"))
+        return {
+            broker: [(int(e), int(w)) for e, w in (c.split("x") for c in configs.split(","))]
+            for broker, configs in picks.items()
+        }
+    return {
+        broker: [default] + ([] if smoke else [v for v in VARIANTS if v != default])
+        for broker, default in DEFAULT.items()
+    }
+
+
+def run(smoke: bool) -> dict[str, Any]:
+    n, singles = (20, 3) if smoke else (1000, 30)
+    out: dict[str, Any] = {"load_average_start": round(os.getloadavg()[0], 2)}
+    for broker, ((engines, workers), *tried) in plan(smoke).items():
+        figures = asyncio.run(_configuration(broker, engines, workers, n, singles))
+        figures |= {"engines": engines, "workers": workers}
+        variants = {
+            f"e{e}w{w}": asyncio.run(_configuration(broker, e, w, n, singles)) for e, w in tried
+        }
+        out[broker] = figures | ({"variants": variants} if variants else {})
+    out["load_average_end"] = round(os.getloadavg()[0], 2)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(smoke="--smoke" in sys.argv), indent=2))

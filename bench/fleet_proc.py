@@ -1,0 +1,130 @@
+"""The processes of :mod:`bench.bench_fleet`'s fleet: ``python -m bench.fleet_proc worker|engine``.
+
+``worker TRANSPORT_URL OUT WORKER_ID SLOTS`` serves the benchmark plan's queues with
+:func:`~accord.testing.workers.run_noop_worker`; it prints ``ready`` once it consumes and
+``warm`` when it receives its first job. Each job's receipt ("start") and answer ("end") are
+stamped with :func:`time.perf_counter` (``CLOCK_MONOTONIC``: one clock for every process on the
+machine), kept in memory and written to ``OUT`` as JSON when SIGTERM stops the worker.
+
+``engine STORE_URL TRANSPORT_URL OUT`` runs one more engine process (the plan is already in the
+store); it prints ``ready`` once started, ``done RUN_ID T`` for every run whose terminal
+transition it committed (``T`` on the same clock), and ``stats TRANSITIONS CONFLICTS`` on
+SIGUSR1. SIGTERM stops it, and its totals go to ``OUT``. Either stops by itself when the
+benchmark process goes away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from accord.adapters import open_transport
+from accord.adapters.clock import SystemClock
+from accord.engine.orchestrator import Delivered, Engine
+from accord.testing.plans import QUEUES
+from accord.testing.workers import run_noop_worker
+
+_watchers: set[asyncio.Task[None]] = set()
+
+
+def _stop_on(stop: asyncio.Event) -> None:
+    """SIGTERM sets ``stop``, and so does losing the benchmark process (no orphans left behind)."""
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    parent = os.getppid()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            if os.getppid() != parent:
+                stop.set()
+            await asyncio.sleep(1)
+
+    task = loop.create_task(watch())
+    _watchers.add(task)  # held until done: the loop keeps only a weak reference
+    task.add_done_callback(_watchers.discard)
+
+
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def worker(transport_url: str, out: Path, worker_id: str, slots: int) -> None:
+    transport = open_transport(transport_url, clock=SystemClock())
+    stamps: dict[str, dict[str, float]] = {"start": {}, "end": {}}
+    served = 0
+
+    def observe(what: str, envelope: Any) -> None:
+        nonlocal served
+        stamps[what].setdefault(f"{envelope['runId']} {envelope['stage']}", time.perf_counter())
+        if what == "start":
+            served += 1
+            if served == 1:
+                _say("warm")
+
+    stop = asyncio.Event()
+    _stop_on(stop)
+    serving = asyncio.get_running_loop().create_task(
+        run_noop_worker(
+            transport, QUEUES, worker_id=worker_id, task_slots=slots, stop=stop, observe=observe
+        )
+    )
+    await asyncio.sleep(0.05)  # the consumers subscribe
+    gc.collect()
+    gc.freeze()
+    _say("ready")
+    await serving
+    declared = sorted(getattr(transport, "declared", ()))
+    await transport.close()
+    out.write_text(json.dumps({**stamps, "served": served, "declared": declared}))
+
+
+async def engine(store_url: str, transport_url: str, out: Path) -> None:
+    reported: set[str] = set()
+
+    def report(done: Delivered) -> None:
+        if done.run is not None and done.run.terminal and done.run_id not in reported:
+            reported.add(done.run_id)
+            _say(f"done {done.run_id} {time.perf_counter()!r}")
+
+    accord = Engine.from_urls(store_url, transport_url, SystemClock(), poll_ms=20)
+    accord.observers.append(report)
+    stop = asyncio.Event()
+    _stop_on(stop)
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGUSR1, lambda: _say(f"stats {accord.transitions} {accord.conflicts}")
+    )
+    await accord.start()
+    gc.collect()
+    gc.freeze()
+    _say("ready")
+    try:
+        await stop.wait()
+    finally:
+        declared = sorted(getattr(accord.transport, "declared", ()))
+        await accord.stop()
+    totals = {"transitions": accord.transitions, "conflicts": accord.conflicts}
+    out.write_text(json.dumps({**totals, "declared": declared}))
+
+
+def main(argv: list[str]) -> None:
+    role, *args = argv
+    if role == "worker":
+        url, out, worker_id, slots = args
+        asyncio.run(worker(url, Path(out), worker_id, int(slots)))
+    elif role == "engine":
+        store_url, transport_url, out = args
+        asyncio.run(engine(store_url, transport_url, Path(out)))
+    else:
+        raise SystemExit(f"unknown role {role!r}: worker or engine")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
