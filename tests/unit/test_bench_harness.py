@@ -273,9 +273,10 @@ async def test_a_tiny_fleet_reports_every_process(broker: str, engines: int) -> 
         ensure_rabbitmq()
     figures = await _configuration(broker, engines, 1, 6, 2)
     # the second engine's commits are counted; with two engines competing for outcomes a
-    # stage's `accepted` may arrive after its `succeeded` and commit nothing (rarely)
-    least = 9 if engines == 1 else 7
-    assert least <= figures["transitions_per_run"] <= 9
+    # stage's `accepted` may reach one engine after its `succeeded` reached the other, and is
+    # then recorded as a late rejection (history, so a transition) or nothing at all
+    least, most = (9, 9) if engines == 1 else (7, 11)
+    assert least <= figures["transitions_per_run"] <= most
     # stamps from the worker process matched every hop
     assert all(math.isfinite(figures[k]) for k in ("hop_p50_ms", "hop_p50_ms_single_run"))
     assert figures["hop_p50_ms"] > 0 and figures["conflicts"] >= 0
