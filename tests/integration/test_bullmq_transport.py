@@ -1,14 +1,13 @@
-"""The BullMQ transport on the real Redis: the shared Transport contract, then what is BullMQ's own.
-
-The contract cases that steer leases and dedup windows with the fake clock cannot steer a real
-broker's time; their real-time counterparts are here (a consumer killed with -9, leases lapsing,
-the dedup window ending), next to job-id mapping and measured delay precision.
+"""The BullMQ transport on the real Redis: what is BullMQ's own (the shared Transport contract
+runs over it in tests/contract): a consumer killed with -9, leases lapsing, the dedup window
+ending, job-id mapping, measured delay precision, jobs of other BullMQ producers (their own
+options, BullMQ's deferred failures, data that is not JSON), what the fetch loop leaves in Redis
+(jobs given back unlocked and uncounted, no stale marker) and an ack taking the next job.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import subprocess
 import sys
 import time
@@ -33,17 +32,6 @@ if ROOT not in sys.path:  # tests/integration is no package: reach tests.* from 
 from tests.contract import test_transport as contract  # noqa: E402
 from tests.services import REDIS_DB, ensure_redis  # noqa: E402
 
-# Contract cases whose outcome does not depend on moving time by hand.
-PORTABLE = [
-    "test_publish_consume_ack",
-    "test_deliveries_come_in_publish_order",
-    "test_nack_with_delay_redelivers_later",
-    "test_delayed_publish",
-    "test_prefetch_bounds_unsettled_deliveries",
-    "test_concurrent_consumers_share_without_duplicates",
-    "test_bad_arguments_are_refused",
-    "test_closing_the_transport_ends_its_streams",
-]
 OPTS = "visibility_ms=1000&max_deliveries=3&dedup_ms=1000&stalled_ms=300"
 
 
@@ -82,15 +70,6 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.mark.parametrize("case", PORTABLE)
-async def test_the_shared_contract_holds(
-    case: str, opener: Callable[[], BullmqTransport], clock: FakeClock
-) -> None:
-    test = getattr(contract, case)
-    given_args = {"transport": opener(), "clock": clock, "transport_opener": opener}
-    await test(**{name: given_args[name] for name in inspect.signature(test).parameters})
-
-
 @given(st.text(min_size=1, max_size=60))
 def test_job_ids_are_valid_for_node_bullmq_and_map_back(message_id: str) -> None:
     job_id = job_id_for(message_id)
@@ -121,14 +100,98 @@ async def test_the_dedup_window_ends_after_dedup_ms(opener: Callable[[], BullmqT
         await transport.ack(got)
         await transport.publish("q", "m1", b"inside-the-window")
         assert await contract.nothing_within(stream)
-        await asyncio.sleep(1.1)  # dedup_ms=1000: completed jobs older than that are removed ...
-        await transport.publish("q", "m2", b"x")  # ... when a later job completes
-        (other,) = await contract.take(stream)
-        await transport.ack(other)
+        await asyncio.sleep(1.1)  # dedup_ms=1000, and no later job completed to clean it up
         await transport.publish("q", "m1", b"later")
         (again,) = await contract.take(stream)
         assert (again.body, again.delivery_count) == (b"later", 1)
         await transport.ack(again)
+
+
+async def test_a_job_from_another_bullmq_producer_is_served_by_its_own_options(
+    opener: Callable[[], BullmqTransport], prefix: str
+) -> None:
+    transport = opener()
+    data = {"message_id": "foreign:1", "body": "{}"}
+    await transport.queue("q").add("other", data, {"jobId": "f1", "removeOnComplete": True})
+    async with contract.consumer(transport) as stream:
+        (got,) = await contract.take(stream)
+        assert (got.message_id, got.body, got.delivery_count) == ("foreign:1", b"{}", 1)
+        await transport.ack(got)
+    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    assert not client.exists(f"{prefix}:q:f1")  # removeOnComplete: true, as a BullMQ worker does
+    assert client.zcard(f"{prefix}:q:completed") == 0
+
+
+async def test_a_job_bullmq_gave_up_on_is_dead_lettered_not_handed_out(
+    opener: Callable[[], BullmqTransport], prefix: str
+) -> None:
+    transport = opener()
+    await transport.publish("q", "stalled-often", b"x")
+    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    reason = "job stalled more than allowable limit"  # what BullMQ's stalled check records
+    client.hset(f"{prefix}:q:{job_id_for('stalled-often')}", "defa", reason)
+    async with contract.consumer(transport) as stream:
+        assert await contract.nothing_within(stream, 0.3)
+    (dead,) = await transport.dead_letter_details("q")
+    assert (dead["message_id"], dead["reason"]) == ("stalled-often", reason)
+
+
+async def test_a_job_whose_data_is_not_json_is_dead_lettered_and_consuming_goes_on(
+    opener: Callable[[], BullmqTransport], prefix: str
+) -> None:
+    transport = opener()
+    await transport.publish("q", "broken", b"x")
+    await transport.publish("q", "fine", b"ok")
+    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    broken = job_id_for("broken")
+    client.hset(f"{prefix}:q:{broken}", "data", "{not json")
+    async with contract.consumer(transport) as stream:
+        (got,) = await contract.take(stream)
+        assert got.message_id == "fine"
+        await transport.ack(got)
+    assert client.zrange(f"{prefix}:q:failed", 0, -1) == [broken]
+    assert "not JSON" in str(client.hget(f"{prefix}:q:{broken}", "failedReason"))
+
+
+async def test_jobs_taken_but_not_handed_out_go_back_unlocked_and_uncounted(
+    opener: Callable[[], BullmqTransport], prefix: str
+) -> None:
+    transport = opener()
+    for n in range(4):
+        await transport.publish("q", f"m{n}", b"x")
+    async with contract.consumer(transport, prefetch=4) as stream:
+        (first,) = await contract.take(stream)
+        await transport.ack(first)
+        async with asyncio.timeout(5):
+            while await transport.queue("q").getWaitingCount():  # the rest are taken too
+                await asyncio.sleep(0.01)
+    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    back = [job_id_for(f"m{n}") for n in (1, 2, 3)]
+    assert client.lrange(f"{prefix}:q:wait", 0, -1) == back[::-1]  # m1 is next in line
+    assert client.llen(f"{prefix}:q:active") == 0
+    for job in back:
+        assert client.hget(f"{prefix}:q:{job}", "ats") == "0"
+        assert not client.exists(f"{prefix}:q:{job}:lock")
+
+
+async def test_an_ack_takes_the_next_job_on_the_way(
+    opener: Callable[[], BullmqTransport], prefix: str
+) -> None:
+    transport = opener()
+    await transport.publish("q", "m1", b"x")
+    await transport.publish("q", "m2", b"x")
+    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    async with contract.consumer(transport) as stream:  # prefetch 1: m2 waits for room
+        (got,) = await contract.take(stream)
+        assert client.lrange(f"{prefix}:q:wait", 0, -1) == [job_id_for("m2")]
+        await transport.ack(got)
+        assert client.lrange(f"{prefix}:q:active", 0, -1) == [job_id_for("m2")]  # taken already
+        (second,) = await contract.take(stream)
+        assert second.message_id == "m2"
+        await transport.ack(second)
+        assert await contract.nothing_within(stream)
+        # an idle consumer leaves no "jobs waiting" marker behind: it waits, it does not poll
+        assert client.zscore(f"{prefix}:q:marker", "0") is None
 
 
 CONSUMER = """
@@ -233,7 +296,7 @@ async def test_delays_are_precise_to_well_under_a_second(
     assert max(late) < 500, f"delivered {late} ms after the delay"  # whole seconds without the fix
 
 
-async def test_callers_sharing_a_stream_share_one_worker(
+async def test_callers_sharing_a_stream_share_one_fetch_loop(
     opener: Callable[[], BullmqTransport], prefix: str
 ) -> None:
     transport = opener()
@@ -245,7 +308,7 @@ async def test_callers_sharing_a_stream_share_one_worker(
         got = await asyncio.gather(*waiting)
     assert sorted(d.message_id for d in got) == [f"m{n}" for n in range(8)]
     clients = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True).client_list()
-    assert sum(c["name"] == f"{prefix}:q" for c in clients) == 2  # one worker: two connections
+    assert sum(c["name"] == f"{prefix}:q" for c in clients) == 1  # one loop, one connection
     for delivery in got:
         await transport.ack(delivery)
     await stream.aclose()  # type: ignore[attr-defined]

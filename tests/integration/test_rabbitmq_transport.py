@@ -1,16 +1,18 @@
-"""The RabbitMQ transport on the real broker: the shared Transport contract, then RabbitMQ's own.
+"""The RabbitMQ transport on the real broker: what is RabbitMQ's own (the shared Transport
+contract runs over it in tests/contract).
 
-Each test gets its own queue-name prefix and deletes every queue it declared. The contract cases
-that steer leases and dedup windows with the fake clock cannot steer the broker; their real-time
-counterparts are here: connections closed by the server, consumers crashing past the delivery
-limit, and duplicates (RabbitMQ does not deduplicate: a republish is a second delivery carrying the
-same message id, which the engine's deterministic ids and fencing make harmless).
+Each test gets its own queue-name prefix and deletes every queue it declared. Here: connections
+closed by the server (with deliveries held and with publishes in flight), a queue deleted under
+its consumer, consumers crashing past the delivery limit, readers sharing one stream, the
+transport's own framing of a publish, and duplicates (RabbitMQ does not deduplicate: a republish
+is a second delivery carrying the same message id, which the engine's deterministic ids and
+fencing make harmless).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
+import itertools
 import subprocess
 import sys
 import time
@@ -21,9 +23,13 @@ from typing import Any
 
 import aio_pika
 import pytest
+from aiormq.abc import ChannelFrame
+from pamqp.body import ContentBody
+from pamqp.commands import Basic
+from pamqp.header import ContentHeader
 
 from accord.adapters import open_transport
-from accord.adapters.transports.rabbitmq import RabbitmqTransport
+from accord.adapters.transports.rabbitmq import RabbitmqTransport, publish_frames
 from accord.errors import TransportError
 from accord.testing.clock import FakeClock
 
@@ -33,16 +39,6 @@ if ROOT not in sys.path:  # tests/integration is no package: reach tests.* from 
 from tests.contract import test_transport as contract  # noqa: E402
 from tests.services import ensure_rabbitmq  # noqa: E402
 
-PORTABLE = [  # contract cases whose outcome does not depend on moving time by hand
-    "test_publish_consume_ack",
-    "test_deliveries_come_in_publish_order",
-    "test_nack_with_delay_redelivers_later",
-    "test_delayed_publish",
-    "test_prefetch_bounds_unsettled_deliveries",
-    "test_concurrent_consumers_share_without_duplicates",
-    "test_bad_arguments_are_refused",
-    "test_closing_the_transport_ends_its_streams",
-]
 BROKER = "amqp://guest:guest@127.0.0.1:5672/"
 Opener = Callable[..., RabbitmqTransport]
 
@@ -72,13 +68,6 @@ async def opener(clock: FakeClock) -> AsyncIterator[Opener]:
         channel = await connection.channel()
         for name in sorted({n for h in opened for n in h.declared}):
             await channel.queue_delete(name)
-
-
-@pytest.mark.parametrize("case", PORTABLE)
-async def test_the_shared_contract_holds(case: str, opener: Opener, clock: FakeClock) -> None:
-    test = getattr(contract, case)
-    given = {"transport": opener(), "clock": clock, "transport_opener": opener}
-    await test(**{name: given[name] for name in inspect.signature(test).parameters})
 
 
 async def test_a_republish_is_a_duplicate_delivery_with_the_same_message_id(
@@ -251,3 +240,110 @@ async def test_a_delivery_can_be_settled_after_its_stream_closed(opener: Opener)
         assert (back.message_id, back.delivery_count) == ("m1", 2)
         await transport.ack(back)
         assert await contract.nothing_within(again)
+
+
+async def test_a_consumer_whose_queue_was_deleted_consumes_again_once_it_is_back(
+    opener: Opener,
+) -> None:
+    transport = opener()
+    await transport.publish("q", "m1", b"x")
+    async with contract.consumer(transport) as stream:
+        (got,) = await contract.take(stream)
+        await transport.ack(got)
+        connection = await aio_pika.connect(BROKER)
+        async with connection:  # the broker cancels the consumer
+            await (await connection.channel()).queue_delete(f"{transport.prefix}q")
+        for _ in range(100):  # the first publish is returned; the outbox tries again
+            try:
+                await transport.publish("q", "m2", b"y")
+                break
+            except TransportError as exc:
+                assert exc.retryable
+                await asyncio.sleep(0.1)
+        (again,) = await contract.take(stream)
+        assert (again.message_id, again.delivery_count) == ("m2", 1)
+        await transport.ack(again)
+
+
+async def test_readers_sharing_one_stream_each_get_deliveries(opener: Opener) -> None:
+    transport = opener()
+    ids = [f"m{n:02}" for n in range(24)]
+    seen: list[str] = []
+    async with contract.consumer(transport, prefetch=8) as stream:
+
+        async def reader() -> None:  # eight of these wait on the stream at once
+            for _ in range(3):
+                delivery = await anext(stream)
+                seen.append(delivery.message_id)
+                await transport.ack(delivery)
+
+        readers = asyncio.gather(*(reader() for _ in range(8)))
+        for message_id in ids:
+            await transport.publish("q", message_id, b"x")
+        async with asyncio.timeout(10):
+            await readers
+        assert sorted(seen) == ids
+        assert await contract.nothing_within(stream)
+
+
+async def test_publishes_in_flight_when_the_connection_is_cut_are_confirmed_or_retryable(
+    opener: Opener,
+) -> None:
+    transport = opener()
+    await transport.publish("q", "first", b"x")  # connected and declared
+    confirmed: set[str] = set()
+    retried: list[str] = []
+
+    async def publisher(n: int) -> None:  # publishes until one of its publishes meets the cut
+        for i in itertools.count():
+            message_id = f"p{n}-{i}"
+            try:
+                await transport.publish("q", message_id, b"x")
+            except TransportError as exc:
+                assert exc.retryable  # indeterminate: the outbox publishes it again
+                retried.append(message_id)
+                return
+            confirmed.add(message_id)
+
+    async with asyncio.timeout(30):  # none hangs past the confirm timeout
+        publishing = asyncio.gather(*(publisher(n) for n in range(8)))
+        await asyncio.sleep(0.05)
+        await asyncio.to_thread(_close_from_the_server, transport.connection_name)
+        await publishing
+    assert len(retried) == 8
+    for _ in range(100):  # until the robust connection is back
+        try:
+            await transport.publish("q", "after", b"y")
+            break
+        except TransportError as exc:
+            assert exc.retryable
+            await asyncio.sleep(0.1)
+    async with contract.consumer(transport, prefetch=50) as stream:
+        arrived: set[str] = set()
+        async with asyncio.timeout(20):  # every confirmed publish is on the broker
+            while not confirmed <= arrived:
+                delivery = await anext(stream)
+                arrived.add(delivery.message_id)
+                await transport.ack(delivery)
+
+
+@pytest.mark.parametrize(
+    ("key", "message_id", "body"),
+    [
+        ("accord.outcomes", "run-1/render/attempt-1/succeeded", b'{"ok":true}'),
+        ("t1.q.delay.250", "r\u00e9sum\u00e9/\u4e2d/1", bytes(range(256)) * 40),
+        ("q", "m", b""),
+    ],
+)
+def test_a_publish_framed_by_the_transport_is_what_the_client_would_send(
+    key: str, message_id: str, body: bytes
+) -> None:
+    properties = Basic.Properties(message_id=message_id, delivery_mode=2)
+    frames: list[Basic.Publish | ContentHeader | ContentBody] = [
+        Basic.Publish(exchange="", routing_key=key, mandatory=True),
+        ContentHeader(properties=properties, body_size=len(body)),
+    ]
+    frames += [ContentBody(body)] if body else []
+    expected = ChannelFrame.marshall(channel_number=7, frames=frames).payload
+    assert publish_frames(7, key, message_id, body) == expected
+    assert publish_frames(7, "q" * 256, message_id, body) is None  # left to the client

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
 from redis.crc import key_slot
 
-from accord.adapters.stores.redis._group import pack, pack_plain
+from accord.adapters._redis_group import pack, pack_plain
 from accord.adapters.stores.redis.keys import (
     MAX_UPDATED_AT,
     StoreKeys,

@@ -1,12 +1,33 @@
-"""What a BullMQ consumer is made of: job ids and job data, the lease a delivery holds, and the
-stream that runs one ``bullmq.Worker`` and hands its jobs to an async iterator.
+"""What a BullMQ consumer is made of: job ids and job data, the per-queue calls of BullMQ's Lua
+scripts, the lease a delivery holds, and the stream that takes jobs and hands them to an iterator.
 
-The worker's processor turns a job into a :class:`~accord.engine.ports.Delivery`, puts it in the
-stream's inbox and waits on the job's :class:`Lease` while the worker keeps renewing the lock.
-``ack``/``nack`` settle the job through the transport's own connection and release the lease; the
-processor then raises ``DelayedError`` so the worker leaves the already-settled job alone. A job
-started more often than the queue's delivery limit (leases lapsed: consumers died or stalled) is
-failed before it is handed out. See :mod:`accord.adapters.transports.bullmq` for the rules.
+A :class:`JobStream` is one fetch loop on one Redis connection of its own. While the queue has
+jobs and fewer than ``prefetch`` of the stream's deliveries are unsettled it takes them with
+BullMQ's ``moveToActive`` (which locks each job for ``visibility_ms`` and counts the start in
+``attemptsStarted``), several calls in one round trip (two, doubling while every call finds a job,
+at most :data:`MAX_BATCH` and never more than the free slots). When ``moveToActive`` finds nothing
+the loop blocks on the queue's marker (``BZPOPMIN``), as a BullMQ worker does, until a producer
+adds a job or the next delayed job is due. Before each ``moveToActive`` it drops the marker's "jobs
+waiting" member: a ``moveToActive`` that takes a job sets it again (and a consumer blocked on the
+marker is served before the next command runs), one that finds the queue empty leaves none
+behind, so an emptied queue costs one blocking call rather than a round of empty ones. A delayed
+job is taken when due: the loop pings Redis at that moment, so the blocking call ends on time
+instead of at Redis's next timer tick. An ``ack`` settles with ``moveToFinished``; while the
+stream is taking jobs (not waiting on the marker) that call also takes its next job
+(``fetchNext``), one round trip for both, the marker dropped before it in the same way.
+
+One timer per stream renews the locks of all its unsettled deliveries every ``visibility_ms / 2``
+(one ``extendLocks`` call); another runs ``moveStalledJobsToWait`` when the stream starts and
+every ``stalled_ms``: a job whose lock lapsed (its consumer died or stopped running its event
+loop) goes back to the queue and is taken again with a higher ``attemptsStarted``. A job started
+more often than the queue's delivery limit, or one BullMQ's stalled check gave up on (``defa``),
+is failed before it is handed out. A delivery whose lock was lost before it was handed out is
+never handed out. Closing a stream stops both timers: what it handed out stays leased until
+settled or lapsed (and is marked for the next stalled check, so it returns as soon as its lock
+lapses); the jobs it took but never handed out go back to the head of the queue in the order
+taken, their start uncounted (BullMQ's ``moveJobFromActiveToWait`` and, in the same transaction,
+``attemptsStarted`` lowered again if the lock was still the stream's). See
+:mod:`accord.adapters.transports.bullmq` for the rules.
 """
 
 from __future__ import annotations
@@ -14,12 +35,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
+import json
+import logging
+import time
+import uuid
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bullmq import Worker  # type: ignore[import-untyped]
-from bullmq.custom_errors import DelayedError, UnrecoverableError  # type: ignore[import-untyped]
+import bullmq  # type: ignore[import-untyped]
+import msgpack  # type: ignore[import-untyped]
+from redis.asyncio.connection import Connection, parse_url
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from accord.adapters._redis_group import pack
 from accord.engine.ports import Delivery
 from accord.errors import TransportError
 
@@ -29,18 +59,43 @@ if TYPE_CHECKING:
 __all__ = [
     "LAPSED",
     "NACKED",
+    "UNCOUNT",
     "JobStream",
     "Lease",
     "Nack",
+    "QueueOps",
+    "ignore",
     "job_body",
     "job_data",
     "job_id_for",
+    "lua_source",
     "message_id_of",
     "nack_delay",
+    "now_ms",
 ]
 
 LAPSED = "accord: lease lapsed"
+MALFORMED = "accord: job data is not JSON"
 NACKED = "accord: nacked"
+MAX_BATCH = 16  # moveToActive calls in one round trip, at most
+DRAIN_S = 5.0  # longest marker wait without a known next delayed job (BullMQ's drainDelay)
+CLOSE_S = 5.0  # how long closing waits for a take under way
+RETRY_S = 0.25  # pause after a failed Redis call in a stream's loops
+SUPERSEDED = (-1, -2, -6)  # moveToFinished/retryJob codes: no such job, no lock, not our lock
+log = logging.getLogger(__name__)
+_BULLMQ_LUA = Path(bullmq.__file__).parent / "commands"
+# Reverses the start that moveToActive counted, if the lock is still ours; run in one MULTI with
+# BullMQ's moveJobFromActiveToWait, which releases the lock and puts the job back for the next
+# consumer.
+UNCOUNT = """
+if redis.call("GET", KEYS[1]) == ARGV[1] then redis.call("HINCRBY", KEYS[2], "ats", -1) end
+return 0
+"""
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, as BullMQ's scripts expect (not the transport's clock)."""
+    return round(time.time() * 1000)
 
 
 def job_id_for(message_id: str) -> str:
@@ -75,71 +130,372 @@ def nack_delay(attempts: int, kind: str, err: BaseException, job: Any) -> int:
     return err.delay_ms if isinstance(err, Nack) else 0
 
 
-class Lease:
-    __slots__ = ("done", "job", "token")
+def keep_jobs(remove: Any) -> dict[str, Any]:
+    """BullMQ's ``keepJobs`` for a job's ``removeOnComplete`` / ``removeOnFail`` option."""
+    if isinstance(remove, bool) or remove is None:
+        return {"count": 0 if remove else -1}
+    if isinstance(remove, int):
+        return {"count": remove}
+    return dict(remove) if isinstance(remove, Mapping) else {"count": -1}
 
-    def __init__(self, job: Any, token: str) -> None:
-        self.job, self.token = job, token
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+class QueueOps:
+    """The keys and BullMQ scripts (bullmq-py's ``Scripts``) of one queue, worked out once."""
+
+    def __init__(self, queue: Any) -> None:
+        scripts = queue.backend.scripts
+        self.scripts, self.commands = scripts, scripts.commands
+        keys = scripts.keys
+        self.prefix: str = keys[""]
+        self.marker: str = keys["marker"]
+        self.stalled: str = keys["stalled"]
+        self.completed: str = keys["completed"]
+        self.repeat: str = keys["repeat"]
+        self.unmark: tuple[str, ...] = ("ZREM", keys["marker"], "0")
+        names = ["wait", "active", "prioritized", "events", "stalled", "limiter", "delayed"]
+        head = scripts.getKeys([*names, "paused", "meta", "pc"])
+        self.active_keys: list[str] = [*head, keys["marker"]]
+        self.finish_keys = {
+            target: (
+                [*head, scripts.toKey(target)],
+                [scripts.toKey("metrics:" + target), keys["marker"]],
+            )
+            for target in ("completed", "failed")
+        }
+        self.add_keys: list[str] = scripts.getKeys(
+            ["wait", "paused", "meta", "id", "completed", "delayed", "active", "events", "marker"]
+        )
+        self.delayed_keys: list[str] = scripts.getKeys(
+            ["marker", "meta", "id", "delayed", "completed", "events"]
+        )
+        stalled = "stalled wait active stalled-check meta paused marker events repeat"
+        self.stalled_keys: list[str] = scripts.getKeys(stalled.split())
+        back = "active wait stalled paused meta limiter prioritized marker events"
+        self.back_keys: list[str] = scripts.getKeys(back.split())
+        self.move_to_active = self.commands["moveToActive"]
+
+    def finish_call(
+        self, lease: Lease, target: str, value: str, *, fetch: bool, lock_ms: int
+    ) -> tuple[list[str], list[Any]]:
+        """``moveToFinished`` keys and arguments (as ``Scripts.moveToFinishedArgs`` builds them)."""
+        prop = "returnvalue" if target == "completed" else "failedReason"
+        head, tail = self.finish_keys[target]
+        opts = {
+            "token": lease.token,
+            "keepJobs": lease.keep_done if target == "completed" else lease.keep_failed,
+            "limiter": None,
+            "lockDuration": lock_ms,
+            "attempts": lease.attempts,
+            "attemptsMade": lease.made,
+            "maxMetricsSize": "",
+            "fpof": False,
+            "cpof": False,
+            "idof": False,
+            "rdof": False,
+        }
+        keys = [*head, self.prefix + lease.job_id, *tail]
+        args = [lease.job_id, now_ms(), prop, value, target, "1" if fetch else ""]
+        return keys, [*args, self.prefix, msgpack.packb(opts, use_bin_type=True)]
+
+
+class Lease:
+    """A job this process holds the lock of, from ``moveToActive`` until it is settled."""
+
+    __slots__ = (
+        "attempts",
+        "backoff",
+        "count",
+        "handed",
+        "job_id",
+        "keep_done",
+        "keep_failed",
+        "made",
+        "queue",
+        "stream",
+        "token",
+    )
+
+    def __init__(
+        self, stream: JobStream | None, job_id: str, token: str, fields: Mapping[str, str]
+    ) -> None:
+        self.stream, self.job_id, self.token = stream, job_id, token
+        self.queue = stream.queue if stream is not None else ""
+        self.count = int(fields.get("ats") or 1)
+        self.made = int(fields.get("atm") or fields.get("attemptsMade") or 0)
+        try:
+            opts = json.loads(fields.get("opts") or "{}")
+        except ValueError:
+            opts = None
+        if not isinstance(opts, dict):  # not BullMQ's: no options of its own
+            opts = {}
+        self.attempts = int(opts.get("attempts") or 0)
+        self.backoff = opts.get("backoff")
+        self.keep_done = keep_jobs(opts.get("removeOnComplete", False))
+        self.keep_failed = keep_jobs(opts.get("removeOnFail", False))
+        self.handed = False
+
+
+class _Line:
+    """A Redis connection used by one task at a time: commands go out together, replies come
+    back in order (an error reply is returned, not raised)."""
+
+    def __init__(self, url: str, name: str) -> None:
+        kwargs: dict[str, Any] = dict(parse_url(url))
+        kind: type[Connection] = kwargs.pop("connection_class", Connection)
+        self.conn = kind(**kwargs, decode_responses=True, client_name=name)
+
+    async def send(self, *commands: tuple[Any, ...]) -> list[Any]:
+        conn = self.conn
+        try:
+            await conn.send_packed_command([pack(c) for c in commands], check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        except BaseException:  # cancelled or broken mid-reply: the next call reconnects
+            await conn.disconnect(nowait=True)
+            raise
+
+    async def close(self) -> None:
+        await self.conn.disconnect(nowait=True)
 
 
 class JobStream:
-    """One BullMQ worker feeding an iterator; ``aclose`` stops it (see the module docstring)."""
+    """One fetch loop feeding an iterator; ``aclose`` stops it (see the module docstring)."""
 
     def __init__(self, transport: BullmqTransport, queue: str, prefetch: int) -> None:
-        self._t, self._queue, self._prefetch = transport, queue, prefetch
+        self._t, self.queue, self._prefetch = transport, queue, prefetch
+        self._ops = transport.ops(queue)
         self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        self._worker: Any = None
-        self._running: asyncio.Future[Any] | None = None
+        self._held: dict[str, Lease] = {}  # receipt -> lease: taken by this stream, unsettled
+        self._taking = 0  # moveToActive / fetchNext calls under way (each may add one lease)
+        self._drained = False  # moveToActive found nothing: wait on the marker
+        self._block_until = 0  # when the next delayed job is due (ms), if known
+        self._paused_until = 0  # a rate limit on the queue holds takes until then (ms)
+        self._late: list[Lease] | None = []  # taken while closing, given back by aclose
+        self._batch = 2  # moveToActive calls per round trip: doubles while all find a job
+        self._wake = asyncio.Event()
+        self._tokens = itertools.count(1)
+        self._id = uuid.uuid4().hex
+        self._line: _Line | None = None
+        self._blocking: asyncio.Future[Any] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._starting: asyncio.Future[None] | None = None
         self._closed = False
 
     def __aiter__(self) -> JobStream:
         return self
 
-    async def _start(self) -> None:
-        t = self._t
-        opts = {
-            "connection": t.redis_url,
-            "prefix": t.prefix,
-            "autorun": False,
-            "concurrency": self._prefetch,
-            "lockDuration": t.options.visibility_ms,
-            "stalledInterval": t.stalled_ms,
-            "maxStalledCount": t.options.limit(self._queue),
-            "settings": {"backoffStrategy": nack_delay},
-        }
-        worker = Worker(self._queue, self._process, opts)
-        # Knowing the server version lets the worker block for fractions of a second.
-        await worker.blockingRedisConnection.getRedisVersion()
-        await worker.redisConnection.getRedisVersion()
-        if self._closed:  # closed while starting
-            await worker.close(force=True)
-            return
-        self._worker = worker
-        self._running = asyncio.ensure_future(worker.run())
+    # -- start, fetch loop, timers ------------------------------------------------------------
 
-    async def _process(self, job: Any, token: str) -> None:
-        limit = self._t.options.limit(self._queue)
-        count = int(job.attemptsStarted or 1)
-        if count > limit:
-            await self._t._stamp_death(self._queue, job.id)
-            raise UnrecoverableError(f"{LAPSED} on delivery {limit} of {limit}")
-        queue = self._t.queue(self._queue)
-        job.queue, job.backend = queue, queue.backend  # settle on the transport's own connection
-        lease = Lease(job, token)
-        # bullmq-py (3.4) may lock several jobs fetched at once with one token (its fetch loop's
-        # closure reads the token late), so the token alone cannot name a delivery
-        receipt = f"{self._queue}/{job.id}/{token}"
-        self._t._leases[receipt] = lease
-        data = job.data if isinstance(job.data, dict) else {}
-        message_id = data.get("message_id", message_id_of(job.id))
-        self._inbox.put_nowait(Delivery(self._queue, message_id, job_body(data), count, receipt))
-        await lease.done
-        raise DelayedError()  # settled by ack/nack already: the worker must not touch the job
+    async def _start(self) -> None:
+        t, ops = self._t, self._ops
+        line = _Line(t.redis_url, f"{t.prefix}:{self.queue}")
+        needed = [ops.move_to_active]
+        await line.send(*(("SCRIPT", "LOAD", script.script) for script in needed))
+        if self._closed:  # closed while starting
+            await line.close()
+            return
+        self._line = line
+        spawn = asyncio.get_running_loop().create_task
+        self._tasks = [
+            spawn(self._fetch_loop()),
+            spawn(self._renew_loop()),
+            spawn(self._stall_loop()),
+        ]
+
+    async def _fetch_loop(self) -> None:
+        line = self._line
+        assert line is not None
+        while not self._closed:
+            try:
+                room = self._prefetch - len(self._held) - self._taking
+                if room <= 0:
+                    self._wake.clear()
+                    await self._wake.wait()
+                elif self._drained:
+                    await self._block(line)
+                elif self._paused_until > now_ms():
+                    await asyncio.sleep((self._paused_until - now_ms()) / 1000)
+                else:
+                    await self._take(line, min(room, self._batch))
+            except (RedisError, OSError, TransportError):  # Redis away: try again shortly
+                if not self._closed:
+                    await asyncio.sleep(RETRY_S)
+            except Exception:  # never leave the stream without its loop
+                log.exception("consuming %r", self.queue)
+                if not self._closed:
+                    await asyncio.sleep(RETRY_S)
+
+    async def _take(self, line: _Line, n: int) -> None:
+        """Up to ``n`` ``moveToActive`` calls in one round trip, each after dropping the marker's
+        "jobs waiting" member (see the module docstring)."""
+        ops, lock_ms = self._ops, self._t.options.visibility_ms
+        script, unmark = ops.move_to_active, ops.unmark
+        take = ("EVALSHA", script.sha, len(ops.active_keys), *ops.active_keys, ops.prefix)
+        tokens = [f"{self._id}:{next(self._tokens)}" for _ in range(n)]
+        commands: list[tuple[Any, ...]] = []
+        stamp = now_ms()
+        for token in tokens:
+            opts = {"token": token, "lockDuration": lock_ms, "limiter": None}
+            commands += [unmark, (*take, stamp, msgpack.packb(opts, use_bin_type=True))]
+        self._taking += n
+        taken, failed = 0, None
+        try:
+            replies = (await line.send(*commands))[1::2]
+            for token, got in zip(tokens, replies, strict=True):
+                try:
+                    if isinstance(got, NoScriptError):  # Redis lost its scripts: load, go again
+                        await line.send(("SCRIPT", "LOAD", script.script))
+                    elif isinstance(got, Exception):
+                        raise got
+                    elif await self._took(got, token):
+                        taken += 1
+                except Exception as exc:  # the other jobs taken still count
+                    failed = exc
+        finally:
+            self._taking -= n
+        self._batch = min(self._batch * 2, MAX_BATCH) if taken == n else 2
+        if failed is not None:
+            raise failed
+
+    async def _block(self, line: _Line) -> None:
+        """Wait on the marker until a job is added or the next delayed one is due."""
+        timeout_s, poke = DRAIN_S, None
+        if self._block_until:
+            timeout_s = min(max((self._block_until - now_ms()) / 1000, 0.001), DRAIN_S)
+            if timeout_s < DRAIN_S:  # wake Redis when it is due: its timer ticks only every 100 ms
+                loop = asyncio.get_running_loop()
+                poke = loop.call_later(timeout_s + 0.002, self._poke)
+        self._blocking = asyncio.ensure_future(
+            line.send(("BZPOPMIN", self._ops.marker, f"{timeout_s:.3f}"))
+        )
+        try:
+            await asyncio.wait([self._blocking])
+        finally:
+            if poke is not None:
+                poke.cancel()
+        blocked, self._blocking = self._blocking, None
+        if blocked.cancelled():
+            return
+        (got,) = blocked.result()
+        if isinstance(got, Exception):
+            raise got
+        if got and got[1] and float(got[2]) > now_ms():  # only a delayed job, not yet due
+            self._block_until = int(float(got[2]))
+            return
+        self._drained, self._block_until = False, 0
+
+    def _poke(self) -> None:
+        asyncio.ensure_future(self._t.redis.ping()).add_done_callback(ignore)
+
+    async def _took(self, got: Any, token: str) -> bool:
+        """Handle a ``moveToActive`` (or ``fetchNext``) reply: a job (True), or why there is
+        none."""
+        if got and got[0]:
+            fields = dict(zip(got[0][::2], got[0][1::2], strict=True))
+            await self._accept(Lease(self, str(got[1]), token, fields), fields)
+            return True
+        limited_ms = int(got[2]) if got else 0
+        if limited_ms > 0:  # a rate limit set on the queue (by BullMQ users): come back then
+            self._paused_until = now_ms() + min(limited_ms, int(DRAIN_S * 1000))
+        else:
+            self._drained, self._block_until = True, int(float(got[3])) if got else 0
+        return False
+
+    async def _accept(self, lease: Lease, fields: Mapping[str, str]) -> None:
+        t = self._t
+        limit = t.options.limit(self.queue)
+        doomed = fields.get("defa")  # BullMQ's stalled check gave up on it
+        if lease.count > limit or doomed:  # its consumers keep dying: dead-letter it instead
+            await t._stamp_death(self.queue, lease.job_id)
+            await t._finish(lease, "failed", doomed or f"{LAPSED} on delivery {limit} of {limit}")
+            return
+        if self._closed:  # taken while closing: back to the queue behind those never handed out
+            if self._late is not None:
+                self._late.append(lease)
+            else:
+                await t._give_back(self.queue, [lease])
+            return
+        try:
+            data = json.loads(fields.get("data") or "{}")
+        except ValueError:  # nothing a consumer could read: dead-letter it at once
+            await t._stamp_death(self.queue, lease.job_id)
+            await t._finish(lease, "failed", MALFORMED)
+            return
+        if not isinstance(data, dict):
+            data = {}
+        receipt = f"{self.queue}/{lease.job_id}/{lease.token}/{next(t._receipts)}"
+        self._held[receipt] = t._leases[receipt] = lease
+        message_id = data.get("message_id") or message_id_of(lease.job_id)
+        self._inbox.put_nowait(
+            Delivery(self.queue, message_id, job_body(data), lease.count, receipt)
+        )
+
+    async def _renew_loop(self) -> None:
+        t, ops = self._t, self._ops
+        lock_ms = t.options.visibility_ms
+        extend = ops.commands["extendLocks"]
+        while not self._closed:
+            await asyncio.sleep(lock_ms / 2000)
+            if not self._held:
+                continue
+            held = list(self._held.items())
+            tokens = msgpack.packb([lease.token for _, lease in held], use_bin_type=True)
+            ids = msgpack.packb([lease.job_id for _, lease in held], use_bin_type=True)
+            try:
+                lost = set(
+                    await extend(keys=[ops.stalled], args=[ops.prefix, tokens, ids, lock_ms])
+                )
+            except (RedisError, OSError):
+                continue
+            for receipt, lease in held:
+                if lease.job_id in lost and self._held.pop(receipt, None) is not None:
+                    if not lease.handed:  # not handed out yet: never hand it out
+                        t._leases.pop(receipt, None)
+                    self._wake.set()
+
+    async def _stall_loop(self) -> None:
+        t, ops = self._t, self._ops
+        check = ops.commands["moveStalledJobsToWait"]
+        limit = t.options.limit(self.queue)
+        while not self._closed:  # at once, as a BullMQ worker starts, then every stalled_ms
+            with contextlib.suppress(RedisError, OSError):
+                await check(keys=ops.stalled_keys, args=[limit, ops.prefix, now_ms(), t.stalled_ms])
+            await asyncio.sleep(t.stalled_ms / 1000)
+
+    # -- settling (called by the transport) ---------------------------------------------------
+
+    def settling(self, receipt: str, fetch: bool) -> bool:
+        """``receipt`` is being settled: its slot is free. True (and the slot stays reserved for
+        the next job) when the settling call should take the next job for this stream."""
+        self._held.pop(receipt, None)
+        if fetch and not self._closed and not self._drained and self._line is not None:
+            self._taking += 1
+            return True
+        self._wake.set()
+        return False
+
+    async def settled(self, got: Any, token: str) -> None:
+        """The settling call that took a slot in :meth:`settling` returned ``got``."""
+        try:
+            if isinstance(got, list):
+                await self._took(got, token)
+            elif got == 0:  # queue empty, no delayed job
+                self._drained, self._block_until = True, 0
+        except Exception:  # the settle itself succeeded; the job taken lapses and returns
+            log.exception("taking the next job of %r", self.queue)
+        finally:
+            self._taking -= 1
+            self._wake.set()
+
+    # -- the iterator ---------------------------------------------------------------------------
 
     async def __anext__(self) -> Delivery:
-        if self._starting is None and not self._closed:  # one worker, however many callers
+        if self._starting is None and not self._closed:  # one loop, however many callers
             self._starting = asyncio.ensure_future(self._start())
         if self._starting is not None and not self._starting.done():
             await asyncio.wait([self._starting])  # a timeout around us leaves the start running
@@ -147,28 +503,60 @@ class JobStream:
             failed = self._starting.cancelled() or self._starting.exception() is not None
             if failed and not (self._closed or self._t._closed):
                 self._starting = None  # the next call tries again
-                raise TransportError(f"cannot consume {self._queue!r}", retryable=True)
-        if self._closed:
-            raise StopAsyncIteration
-        delivery = await self._inbox.get()
-        if delivery is None:
-            raise StopAsyncIteration
-        return delivery
+                raise TransportError(f"cannot consume {self.queue!r}", retryable=True)
+        while not self._closed:
+            delivery = await self._inbox.get()
+            if delivery is None:
+                break
+            lease = self._t._leases.get(delivery.receipt)
+            if lease is not None:  # else its lock was lost before it was handed out
+                lease.handed = True
+                return delivery
+        self._inbox.put_nowait(None)  # for the other callers
+        raise StopAsyncIteration
 
     async def aclose(self) -> None:
-        """Stop consuming. Deliveries handed out stay leased until settled or lapsed; the locks
-        of those not handed out lapse, and the jobs return to the queue."""
+        """Stop consuming. Deliveries handed out stay leased until settled or lapsed; the jobs
+        taken but not handed out go back to the queue, their start uncounted."""
         if self._closed:
             return
         self._closed = True
         self._t._streams.discard(self)
+        unhanded: list[Lease] = []
         while not self._inbox.empty():
             pending = self._inbox.get_nowait()
-            if pending is not None:
-                self._t._leases.pop(pending.receipt, None)
+            if pending is not None and (lease := self._t._leases.pop(pending.receipt, None)):
+                unhanded.append(lease)
         self._inbox.put_nowait(None)
+        self._wake.set()
+        if self._blocking is not None:
+            self._blocking.cancel()
         if self._starting is not None:
             with contextlib.suppress(Exception):
-                await self._starting  # a start in progress sees _closed and closes its worker
-        if self._worker is not None:
-            await self._worker.close(force=True)
+                await self._starting  # a start in progress sees _closed and closes its line
+        if self._tasks:
+            for timer in self._tasks[1:]:
+                timer.cancel()
+            # a take under way finishes (its jobs go back below); one that hangs is abandoned
+            _, hung = await asyncio.wait(self._tasks, timeout=CLOSE_S)
+            for task in hung:
+                task.cancel()
+        kept = [lease.job_id for lease in self._held.values() if lease.handed]
+        unhanded += self._late or []
+        self._late = None
+        with contextlib.suppress(RedisError, OSError):
+            await self._t._give_back(self.queue, unhanded)
+            if kept:  # no longer renewed: the first stalled check after their locks lapse has them
+                await self._t.redis.sadd(self._ops.stalled, *kept)
+        if self._line is not None:
+            await self._line.close()
+
+
+def ignore(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
+
+
+def lua_source(name: str) -> str:
+    """The text of one of BullMQ's Lua scripts as bullmq-py ships them."""
+    return (_BULLMQ_LUA / name).read_text()

@@ -2,6 +2,14 @@
 tolerates a vanished channel, dead-letter records, and the stream (one channel, one consumer,
 ``basic.qos(prefetch)``) behind :meth:`RabbitmqTransport.consume`.
 
+The stream consumes through the channel's AMQP client (``aiormq``) directly: the broker's frames
+become a :class:`~accord.engine.ports.Delivery` in the consumer callback, with no intermediate
+message object, in the channel reader's own step (the client would run a callback as a task of its
+own, one loop pass later), and land in a buffer; the oldest reader waiting on the stream (several
+may) is woken at once. The robust channel re-declares the queue and restores ``basic.qos`` after a
+reconnect; the stream then subscribes again with the same consumer tag. A broker-side cancel (the
+queue was deleted) makes it declare the queue and subscribe again.
+
 A message delivered more often than the queue's limit (its consumers' connections died before they
 settled it, and a delayed nack's copy had a count carried over) is dead-lettered before it is
 handed out. See :mod:`accord.adapters.transports.rabbitmq` for the rules.
@@ -12,9 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aio_pika
+import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
 
@@ -27,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CARRIED",
     "ConsumerStream",
+    "Held",
     "dead_letter_record",
     "delivery_count",
     "read_dead_letters",
@@ -35,22 +48,43 @@ __all__ = [
 
 CARRIED = "x-accord-deliveries"  # deliveries made before a delayed nack re-published the message
 _receipts = itertools.count(1)
+RESUBSCRIBE_S = 1.0  # pause between attempts to consume again from a queue the broker lost
 
 
-def _header_int(message: AbstractIncomingMessage, name: str) -> int:
-    value = (message.headers or {}).get(name)
+async def _done() -> None:
+    return None
+
+
+class Held:
+    """An unsettled delivery: the channel it came on and its delivery tag there."""
+
+    __slots__ = ("channel", "tag")
+
+    def __init__(self, channel: aiormq.abc.AbstractChannel, tag: int) -> None:
+        self.channel, self.tag = channel, tag
+
+    def ack(self) -> Awaitable[None]:
+        return self.channel.basic_ack(self.tag, wait=False)
+
+    def requeue(self) -> Awaitable[None]:
+        return self.channel.basic_nack(self.tag, requeue=True, wait=False)
+
+
+def _int(value: Any) -> int:
     return int(value) if isinstance(value, int | str) and str(value).isdigit() else 0
 
 
-def delivery_count(message: AbstractIncomingMessage) -> int:
-    return 1 + _header_int(message, "x-delivery-count") + _header_int(message, CARRIED)
+def delivery_count(headers: Mapping[str, Any] | None) -> int:
+    if not headers:
+        return 1
+    return 1 + _int(headers.get("x-delivery-count")) + _int(headers.get(CARRIED))
 
 
 def dead_letter_record(message: AbstractIncomingMessage, limit: int) -> dict[str, Any]:
     headers = message.headers or {}
     deaths: Any = headers.get("x-death") or [{}]
     reason = str(headers.get("x-accord-reason") or "")
-    dead_at, count = _header_int(message, "x-accord-dead-at"), _header_int(message, CARRIED)
+    dead_at, count = _int(headers.get("x-accord-dead-at")), _int(headers.get(CARRIED))
     if not reason:  # dead-lettered by the broker: consumers crashed before they could settle
         reason = f"lease lapsed past the delivery limit ({deaths[0].get('reason', 'unknown')})"
         stamp = deaths[0].get("time")
@@ -81,7 +115,7 @@ async def read_dead_letters(
     return out
 
 
-async def settle(step: Any) -> None:
+async def settle(step: Awaitable[Any]) -> None:
     # the channel that held it is gone, so the broker has requeued it: superseded
     with contextlib.suppress(ChannelInvalidStateError, AMQPError, OSError):
         await step
@@ -92,11 +126,14 @@ class ConsumerStream:
 
     def __init__(self, transport: RabbitmqTransport, queue: str, prefetch: int) -> None:
         self._t, self._queue, self._prefetch = transport, queue, prefetch
-        self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
-        self._channel: aio_pika.abc.AbstractChannel | None = None
-        self._consumer: aio_pika.abc.AbstractQueue | None = None
-        self._tag: str | None = None
+        self._limit = transport.options.limit(queue)
+        self._buffer: deque[Delivery] = deque()  # received, not handed out yet
+        self._waiters: deque[asyncio.Future[None]] = deque()  # readers waiting, oldest first
+        self._channel: aio_pika.abc.AbstractRobustChannel | None = None
+        self._name = ""
+        self._tag = f"accord.{uuid.uuid4().hex}"
         self._starting: asyncio.Future[None] | None = None
+        self._retrying: asyncio.Future[None] | None = None
         self._closed = False
 
     def __aiter__(self) -> ConsumerStream:
@@ -104,32 +141,91 @@ class ConsumerStream:
 
     async def _start(self) -> None:
         t = self._t
-        name = await t.declare(self._queue)
+        self._name = await t.declare(self._queue)
         assert t.connection is not None
-        channel = await t.connection.channel()
+        channel: Any = await t.connection.channel()
         await channel.set_qos(prefetch_count=self._prefetch)
-        # declared on this channel, so the robust channel re-declares and resubscribes it
-        queue = await channel.declare_queue(name, durable=True, arguments=t.arguments(self._queue))
-        self._tag = await queue.consume(self._on_message, no_ack=False)
-        self._channel, self._consumer = channel, queue
+        # declared on this channel, so the robust channel re-declares it after a reconnect
+        await channel.declare_queue(self._name, durable=True, arguments=t.arguments(self._queue))
+        self._channel = channel
         if self._closed:
             await channel.close()
+            return
+        await self._subscribe(await channel.get_underlay_channel())
+        channel.reopen_callbacks.add(self._resubscribe)
 
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        t, count = self._t, delivery_count(message)
-        limit = t.options.limit(self._queue)
+    async def _subscribe(self, underlay: aiormq.abc.AbstractChannel) -> None:
+        consumers = getattr(underlay, "consumers", None)
+        if isinstance(consumers, dict) and self._tag in consumers:
+            return  # already consuming on this channel
+        underlay.on_consumer_cancel_callbacks.add(self._on_cancel)
+        await underlay.basic_consume(self._name, self._on_deliver_async, consumer_tag=self._tag)
+        # aiormq runs a consumer callback as a task of its own; this one does its work when
+        # called, in the channel reader's step, so the waiting reader wakes one loop pass sooner
+        if isinstance(consumers, dict) and self._tag in consumers:
+            consumers[self._tag] = self._on_deliver
+
+    async def _resubscribe(self, channel: Any) -> None:
+        """After the robust channel reopened (on a new connection): consume again."""
+        if not self._closed:
+            await self._subscribe(await channel.get_underlay_channel())
+
+    def _on_cancel(self, frame: aiormq.spec.Basic.Cancel) -> None:
+        """The broker cancelled the consumer (its queue was deleted): declare it again and
+        consume again, until that works or the stream is closed."""
+        if frame.consumer_tag == self._tag and not self._closed and self._retrying is None:
+            self._retrying = asyncio.ensure_future(self._consume_again())
+
+    async def _consume_again(self) -> None:
+        t = self._t
+        try:
+            while not self._closed and self._channel is not None:
+                try:
+                    t.forget(self._queue)
+                    await t.declare(self._queue)
+                    channel = self._channel
+                    arguments = t.arguments(self._queue)
+                    await channel.declare_queue(self._name, durable=True, arguments=arguments)
+                    await self._subscribe(await channel.get_underlay_channel())
+                    return
+                except (TransportError, AMQPError, ChannelInvalidStateError, OSError):
+                    await asyncio.sleep(RESUBSCRIBE_S)
+        finally:
+            self._retrying = None
+
+    async def _on_deliver_async(self, message: aiormq.abc.DeliveredMessage) -> None:
+        await self._on_deliver(message)
+
+    def _on_deliver(self, message: aiormq.abc.DeliveredMessage) -> Coroutine[Any, Any, None]:
+        """Buffer the delivery and wake the reader now; the coroutine returned does what is left
+        (nothing, except for a delivery to dead-letter or to give back)."""
+        frame, props = message.delivery, message.header.properties
+        tag: int = frame.delivery_tag  # type: ignore[union-attr,assignment]
+        held = Held(message.channel, tag)
+        count = delivery_count(props.headers)
+        message_id = props.message_id or ""
         if self._closed:  # arrived after the consumer was cancelled: nobody will take it
-            await settle(message.nack(requeue=True))
-            return
-        if count > limit:
-            why = f"lease lapsed on delivery {limit} of {limit}"
-            await t.dead_letter(self._queue, message, limit, why)
-            return
-        receipt = f"{next(_receipts)}"
-        t._held[receipt] = message
-        self._inbox.put_nowait(
-            Delivery(self._queue, message.message_id or "", message.body, count, receipt)
-        )
+            return self._give_back(
+                [(Delivery(self._queue, message_id, message.body, count, ""), held)]
+            )
+        if count > self._limit:
+            why = f"lease lapsed on delivery {self._limit} of {self._limit}"
+            return self._t.dead_letter(self._queue, message_id, message.body, held, why)
+        receipt = str(next(_receipts))
+        self._t._held[receipt] = held
+        self._buffer.append(Delivery(self._queue, message_id, message.body, count, receipt))
+        if self._waiters:
+            self._wake()
+        return _done()
+
+    def _wake(self) -> None:
+        """Wake the oldest reader still waiting."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     async def __anext__(self) -> Delivery:
         if self._starting is None and not self._closed:
@@ -141,33 +237,68 @@ class ConsumerStream:
             if failed and not (self._closed or self._t._closed):
                 self._starting = None  # the next call tries again
                 raise TransportError(f"cannot consume {self._queue!r}", retryable=True)
-        if self._closed:
-            raise StopAsyncIteration
-        delivery = await self._inbox.get()
-        if delivery is None:
-            raise StopAsyncIteration
-        return delivery
+        buffer, held = self._buffer, self._t._held
+        while not self._closed:
+            while buffer:
+                delivery = buffer.popleft()
+                lease = held.get(delivery.receipt)
+                if lease is not None and not lease.channel.is_closed:
+                    return delivery
+                held.pop(delivery.receipt, None)  # its channel is gone: the broker requeued it
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled() and buffer:
+                    self._wake()  # woken, then cancelled: the next reader takes the delivery
+                raise
+        raise StopAsyncIteration
+
+    async def _give_back(self, returning: list[tuple[Delivery, Held]]) -> None:
+        """Return deliveries that were never handed out without counting them: the broker counts
+        every requeue as a delivery, so each goes back as a confirmed copy carrying its count (at
+        the tail of the queue), then the original is acknowledged. A copy that cannot be
+        published leaves its original to a plain requeue."""
+        t = self._t
+
+        async def one(delivery: Delivery, held: Held) -> None:
+            carried = delivery.delivery_count - 1
+            try:
+                headers = {CARRIED: carried} if carried > 0 else None
+                await t._send(self._queue, delivery.message_id, delivery.body, headers)
+            except TransportError:
+                await settle(held.requeue())
+            else:
+                await settle(held.ack())
+
+        await asyncio.gather(*(one(d, h) for d, h in returning))
 
     async def aclose(self) -> None:
-        """Stop consuming. Deliveries not handed out go back to the queue; those handed out stay
-        leased (their channel stays open) until settled or the transport closes."""
+        """Stop consuming. Deliveries not handed out go back to the queue uncounted; those handed
+        out stay leased (their channel stays open) until settled or the transport closes."""
         if self._closed:
             return
         self._closed = True
         self._t._streams.discard(self)
-        buffered = []
-        while not self._inbox.empty():
-            pending = self._inbox.get_nowait()
-            if pending is not None:
-                buffered.append(self._t._held.pop(pending.receipt))
-        self._inbox.put_nowait(None)
+        if self._retrying is not None:
+            self._retrying.cancel()
+        returning = []
+        for delivery in self._buffer:
+            held = self._t._held.pop(delivery.receipt, None)
+            if held is not None and not held.channel.is_closed:
+                returning.append((delivery, held))
+        self._buffer.clear()
+        while self._waiters:
+            self._wake()
         if self._starting is not None:
             with contextlib.suppress(Exception):
                 await self._starting  # let a start in progress finish: its channel is closed below
-        if self._channel is None:
+        channel = self._channel
+        if channel is None or channel.is_closed:
             return
-        if self._tag is not None and self._consumer is not None:
-            await settle(self._consumer.cancel(self._tag))
-        for message in buffered:
-            await settle(message.nack(requeue=True))
-        self._t._lingering.append(self._channel)
+        channel.reopen_callbacks.discard(self._resubscribe)
+        with contextlib.suppress(ChannelInvalidStateError, AMQPError, OSError):
+            await (await channel.get_underlay_channel()).basic_cancel(self._tag)
+        await self._give_back(returning)
+        self._t._lingering.append(channel)

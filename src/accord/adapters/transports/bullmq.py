@@ -4,60 +4,90 @@
 transport (``visibility_ms``, ``max_deliveries``, ``dedup_ms``) plus ``prefix`` (key prefix,
 default ``bull``) and ``stalled_ms`` (how often a consumer looks for stalled jobs).
 
+Jobs change state only through BullMQ's own Lua scripts as bullmq-py ships them
+(``addStandardJob``/``addDelayedJob``, ``moveToActive``, ``moveToFinished``, ``extendLocks``,
+``moveStalledJobsToWait``, ``retryJob``, ``moveToDelayed``, ``moveJobFromActiveToWait``,
+``removeJob``), so Node BullMQ producers and workers share the queues with this transport
+unchanged. Beside them the transport only drops the marker's "jobs waiting" member right before
+it looks for jobs itself, lowers ``attemptsStarted`` of a job it gives back never handed out, and
+stamps dead letters with a field of its own.
+
 - **Job ids.** A message id maps to ``m-`` + the id with ``%`` and ``:`` percent-escaped: never
   integer-like, never containing ``:``, so Node BullMQ accepts it, and one-to-one. BullMQ refuses a
   second job with a known id, which makes ``publish`` idempotent while the job exists: waiting,
-  delayed, active, completed (kept ``dedup_ms``, rounded up to seconds, and removed lazily when a
-  later job completes) or failed (dead letters are kept).
-- **Leases.** ``consume`` runs a BullMQ ``Worker`` with ``concurrency = prefetch`` and
-  ``lockDuration = visibility_ms``. Its processor hands the job to the iterator and waits until it
-  is settled; the worker keeps renewing the lock meanwhile, so a lease lapses only when its process
-  dies or stops running its event loop. A stalled job returns to the queue, with a higher
+  delayed, active, completed within ``dedup_ms`` or failed (dead letters are kept). A completed
+  job is removed lazily (``removeOnComplete`` age: ``dedup_ms`` rounded up to seconds, applied when
+  a later job completes); a publish refused for a job completed more than ``dedup_ms`` ago removes
+  it and adds the message again. Publishes and settles of concurrent tasks share round trips (one
+  pipeline of script calls per trip, each script atomic on its own).
+- **Leases.** ``consume`` runs one fetch loop per stream (see
+  :mod:`~accord.adapters.transports._bullmq_consume`): it takes jobs with ``moveToActive`` while
+  fewer than ``prefetch`` of its deliveries are unsettled, each locked for ``visibility_ms``, and
+  waits on the queue's marker when the queue is empty. One timer renews the locks of all the
+  stream's unsettled deliveries every ``visibility_ms / 2``, so a lease lapses only when its
+  process dies or stops running its event loop. A stalled job returns to the queue (every
+  consumer runs BullMQ's stalled-jobs check when it starts and every ``stalled_ms``) with a higher
   ``delivery_count`` (BullMQ's ``attemptsStarted``, which counts every start, stalls included).
-- **ack / nack** settle through the job itself (``moveToCompleted`` / ``moveToFailed``, the same
-  calls a worker makes when its processor returns or throws), so they are durable when they return
-  and keep working after the stream has closed. A nack goes through BullMQ's attempts and backoff
-  (a backoff strategy that returns the nack's delay); at the limit the job moves to the failed set,
-  which is this transport's dead-letter queue. A delivery that would pass the limit (a crash loop)
-  is failed before it is handed out.
+- **ack / nack** settle through the transport's own connections with the calls a BullMQ worker
+  makes when its processor returns or throws (``moveToFinished``; ``retryJob`` or
+  ``moveToDelayed``), so they are durable when they return and keep working after the stream has
+  closed. An ack also takes the stream's next job when the stream wants one (``fetchNext``). A
+  nack goes through BullMQ's attempts and backoff (the job's ``backoff`` option; this transport's
+  own jobs name the nack's delay; without a delay the job goes back to the head of the line, as a
+  broker requeues it); at the limit the job moves to the failed set, which is this transport's
+  dead-letter queue. A delivery that would pass the limit (a crash loop) is failed
+  before it is handed out.
 - **Acceptance.** BullMQ retries only until a job is accepted; after that the engine owns retries,
   and a stalled redelivery of an accepted job must not start a second remote attempt. The worker
   runtime decides that from the engine's acceptance record; ``delivery_count > 1`` is its cue to
   look before starting work.
 
-Limits of the Python port, handled here: its worker blocks in whole seconds between delayed jobs
-until it knows the server's version (asked before the worker starts, so a delayed job is late only
-by Redis's timer resolution, about 100 ms at the default ``hz 10``); its rate limiter stalls
-workers (none is used); handlers run in the event loop, so CPU-heavy work belongs in a child
-process, or lock renewal stops and the job stalls.
+Known limits of the Python port: BullMQ's worker features beyond these calls (job schedulers and
+repeatable jobs, flows with parent jobs, per-worker rate limits, job progress and logs) are not
+used by a consumer of this transport; a rate limit set on a queue by BullMQ users is waited out,
+and a global concurrency limit is honoured by ``moveToActive`` itself. Timestamps in the scripts
+are this host's wall clock, as with BullMQ; the transport's clock only stamps dead letters.
+Blocking waits use fractional seconds (Redis 6 or later). Handlers run in the event loop, so
+CPU-heavy work belongs in a child process, or lock renewal stops and the job stalls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
+import json
 import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
+import msgpack  # type: ignore[import-untyped]
 from bullmq import Queue  # type: ignore[import-untyped]
-from bullmq.custom_errors import UnrecoverableError  # type: ignore[import-untyped]
+from bullmq.backoffs import Backoffs  # type: ignore[import-untyped]
 from redis import asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, WatchError
 
+from accord.adapters._redis_group import GroupCalls
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
 from accord.adapters.transports._bullmq_consume import (
     LAPSED,
     NACKED,
+    SUPERSEDED,
+    UNCOUNT,
     JobStream,
     Lease,
     Nack,
+    QueueOps,
+    ignore,
     job_body,
     job_data,
     job_id_for,
+    lua_source,
     message_id_of,
     nack_delay,
+    now_ms,
 )
 from accord.engine.ports import Clock, Delivery
 from accord.errors import TransportError
@@ -68,6 +98,9 @@ NACK_BACKOFF = "accord-nack"
 DEAD_AT = "accordDeadAt"  # job hash field: when the transport dead-lettered it (clock ms)
 _LAPSE_MARKS = (LAPSED, "job stalled more than allowable limit")
 _OWN_OPTS = frozenset({"prefix", "stalled_ms"})
+_MOVE_BACK = lua_source("moveJobFromActiveToWait-9.lua")
+_COMPLETED_AT = 'return redis.call("ZSCORE", KEYS[1], ARGV[1])'  # when a job completed, if it did
+_UNMARK = 'return redis.call("ZREM", KEYS[1], "0")'  # drop the marker's "jobs waiting" member
 
 
 class BullmqTransport:
@@ -88,8 +121,14 @@ class BullmqTransport:
         self.clock: Clock = clock or SystemClock()
         self.redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
         self._queues: dict[str, Any] = {}
+        self._ops: dict[str, QueueOps] = {}
         self._leases: dict[str, Lease] = {}  # receipt -> lease, for deliveries not yet settled
+        self._receipts = itertools.count(1)
         self._streams: set[JobStream] = set()
+        self._calls = GroupCalls(self.redis)  # publishes and settles, many per round trip
+        self._completed_at = self.redis.register_script(_COMPLETED_AT)
+        self._unmark = self.redis.register_script(_UNMARK)
+        self._keep_done = {"age": max(1, math.ceil(self.options.dedup_ms / 1000))}
         self._closed = False
 
     @classmethod
@@ -122,6 +161,13 @@ class BullmqTransport:
             self._queues[name] = Queue(name, opts)
         return self._queues[name]
 
+    def ops(self, name: str) -> QueueOps:
+        """Keys and scripts of queue ``name``, worked out once."""
+        ops = self._ops.get(name)
+        if ops is None:
+            ops = self._ops[name] = QueueOps(self.queue(name))
+        return ops
+
     def _check_open(self) -> None:
         if self._closed:
             raise TransportError("transport is closed", retryable=False)
@@ -130,18 +176,60 @@ class BullmqTransport:
         self._check_open()
         if not queue or not message_id:
             raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
-        opts = {
-            "jobId": job_id_for(message_id),
-            "delay": max(delay_ms, 0),
+        ops = self._ops.get(queue) or self.ops(queue)
+        job_id, delay, stamp = job_id_for(message_id), max(delay_ms, 0), now_ms()
+        dedup = self.options.dedup_ms
+        opts = {  # what bullmq-py's Queue.add stores for these options
             "attempts": self.options.limit(queue),
+            "delay": delay,
+            "jobId": job_id,
             "backoff": {"type": NACK_BACKOFF},
-            "removeOnComplete": {"age": max(1, math.ceil(self.options.dedup_ms / 1000))},
+            "removeOnComplete": self._keep_done,
             "removeOnFail": False,
         }
+        args = [
+            msgpack.packb(
+                [ops.prefix, job_id, "accord", stamp, None, None, None, None, None],
+                use_bin_type=True,
+            ),
+            json.dumps(job_data(message_id, bytes(body)), separators=(",", ":")),
+            msgpack.packb(opts, use_bin_type=True),
+            stamp,
+        ]
+        if delay:
+            script, keys = ops.commands["addDelayedJob"], ops.delayed_keys
+        else:
+            script, keys = ops.commands["addStandardJob"], ops.add_keys
+        calls = self._calls
         try:
-            await self.queue(queue).add("accord", job_data(message_id, bytes(body)), opts)
+            for _ in range(2):
+                adding = calls.submit(script, keys, args)
+                seen = calls.submit(self._completed_at, [ops.completed], [job_id])  # same trip
+                seen.add_done_callback(ignore)
+                added, finished = await adding, await seen
+                if finished is None or float(finished) + dedup >= now_ms():
+                    break
+                await self._forget(ops, job_id, dedup)  # completed before the window: forget it
         except (RedisError, OSError) as exc:
             raise TransportError(f"publish to {queue!r} failed: {exc}", retryable=True) from exc
+        if isinstance(added, int) and added < 0:
+            raise TransportError(f"publish to {queue!r} refused: code {added}", retryable=False)
+
+    async def _forget(self, ops: QueueOps, job_id: str, dedup_ms: int) -> None:
+        """Remove a job completed more than ``dedup_ms`` ago (BullMQ's ``removeJob``), unless it
+        changes meanwhile."""
+        remove = ops.commands["removeJob"]
+        await self.redis.script_load(remove.script)
+        job_key = ops.prefix + job_id
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(job_key)
+            finished = await pipe.zscore(ops.completed, job_id)
+            if finished is None or finished + dedup_ms >= now_ms():
+                return
+            pipe.multi()  # type: ignore[no-untyped-call]
+            pipe.evalsha(remove.sha, 2, job_key, ops.repeat, job_id, 0, ops.prefix)
+            with contextlib.suppress(WatchError):
+                await pipe.execute()
 
     def consume(self, queue: str, prefetch: int = 1) -> AsyncIterator[Delivery]:
         if prefetch < 1:
@@ -153,36 +241,90 @@ class BullmqTransport:
 
     async def ack(self, delivery: Delivery) -> None:
         lease = self._leases.pop(delivery.receipt, None)
-        if lease is not None:  # else superseded or already settled: nothing to do
-            await self._settle(lease, lease.job.moveToCompleted("", lease.token, False))
+        if lease is None:  # superseded or already settled: nothing to do
+            return
+        stream = lease.stream
+        fetch = stream is not None and stream.settling(delivery.receipt, fetch=True)
+        got: Any = None
+        try:
+            if fetch:  # the marker is stale once the queue is empty (see _bullmq_consume)
+                unmark = self.ops(lease.queue).marker
+                self._calls.submit(self._unmark, [unmark], []).add_done_callback(ignore)
+            got = await self._finish(lease, "completed", '""', fetch=fetch)
+        finally:
+            if fetch and stream is not None:
+                await stream.settled(got, lease.token)
 
     async def nack(self, delivery: Delivery, delay_ms: int = 0) -> None:
         lease = self._leases.pop(delivery.receipt, None)
         if lease is None:
             return
+        try:
+            await self._retry_or_fail(lease, delivery, max(delay_ms, 0))
+        finally:  # the slot frees once the job is back: it is not overtaken by later ones
+            if lease.stream is not None:
+                lease.stream.settling(delivery.receipt, fetch=False)
+
+    async def _retry_or_fail(self, lease: Lease, delivery: Delivery, delay_ms: int) -> None:
         limit = self.options.limit(delivery.queue)
-        if delivery.delivery_count >= limit:
-            why = UnrecoverableError(f"{NACKED} on delivery {delivery.delivery_count} of {limit}")
-            await self._stamp_death(delivery.queue, lease.job.id)
-            await self._settle(lease, lease.job.moveToFailed(why, lease.token, False))
-        else:
-            await self._settle(lease, lease.job.moveToFailed(Nack(max(delay_ms, 0)), lease.token))
+        count, nack = delivery.delivery_count, Nack(delay_ms)
+        delay: Any = -1
+        if count < limit and lease.made + 1 < lease.attempts:  # BullMQ's attempts and backoff
+            backoff = Backoffs.normalize(lease.backoff)
+            delay = await Backoffs.calculate(backoff, lease.made + 1, nack, None, nack_delay)
+        if delay == -1:
+            await self._stamp_death(delivery.queue, lease.job_id)
+            await self._finish(lease, "failed", f"{NACKED} on delivery {count} of {limit}")
+            return
+        scripts, fields = self.ops(lease.queue).scripts, {"failedReason": str(nack)}
+        try:
+            if delay:
+                await scripts.moveToDelayed(
+                    lease.job_id, now_ms(), int(delay), lease.token, {"fieldsToUpdate": fields}
+                )
+            else:
+                # at the head of the line, as a broker requeues a message nacked without delay
+                await scripts.retryJob(lease.job_id, True, lease.token, {"fieldsToUpdate": fields})
+        except (RedisError, OSError) as exc:
+            raise TransportError(f"settling a delivery failed: {exc}", retryable=True) from exc
+        except TypeError as exc:  # BullMQ's error codes: the lock was lost, the job is elsewhere
+            if "lock" not in str(exc).lower() and "missing" not in str(exc).lower():
+                raise TransportError(f"settling a delivery failed: {exc}", retryable=False) from exc
+
+    async def _finish(self, lease: Lease, target: str, value: str, *, fetch: bool = False) -> Any:
+        """``moveToFinished`` for ``lease``: its reply (the next job when ``fetch``), or None
+        when the lease was superseded (its lock lost: the job is someone else's now)."""
+        ops = self.ops(lease.queue)
+        lock_ms = self.options.visibility_ms
+        keys, args = ops.finish_call(lease, target, value, fetch=fetch, lock_ms=lock_ms)
+        try:
+            got = await self._calls.call(ops.commands["moveToFinished"], keys, args)
+        except (RedisError, OSError) as exc:
+            raise TransportError(f"settling a delivery failed: {exc}", retryable=True) from exc
+        if isinstance(got, int) and got < 0:
+            if got in SUPERSEDED:
+                return None
+            raise TransportError(f"settling a delivery failed: code {got}", retryable=False)
+        return got
+
+    async def _give_back(self, queue: str, leases: list[Lease]) -> None:
+        """Put jobs taken but never handed out back at the head of the queue, uncounted."""
+        if not leases:
+            return
+        ops = self.ops(queue)
+        sha = await self.redis.script_load(_MOVE_BACK)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for lease in reversed(leases):  # the first taken ends up first in line
+                key = ops.prefix + lease.job_id
+                pipe.eval(UNCOUNT, 2, key + ":lock", key, lease.token)
+                pipe.evalsha(
+                    sha, len(ops.back_keys), *ops.back_keys, lease.job_id, lease.token, key
+                )
+            await pipe.execute(raise_on_error=False)
 
     async def _stamp_death(self, queue: str, job_id: str) -> None:
         """Record when (on this transport's clock) the job was dead-lettered, beside the job."""
-        await self.redis.hset(self.queue(queue).toKey(job_id), DEAD_AT, self.clock.now_ms())
-
-    async def _settle(self, lease: Lease, step: Any) -> None:
-        try:
-            await step
-        except (RedisError, OSError) as exc:
-            raise TransportError(f"settling a delivery failed: {exc}", retryable=True) from exc
-        except Exception as exc:  # the lock was lost: the job is someone else's now
-            if "lock" not in str(exc).lower() and "missing" not in str(exc).lower():
-                raise TransportError(f"settling a delivery failed: {exc}", retryable=False) from exc
-        finally:
-            if not lease.done.done():
-                lease.done.set_result(None)
+        await self.redis.hset(self.ops(queue).prefix + job_id, DEAD_AT, self.clock.now_ms())
 
     async def dead_letters(self, queue: str) -> list[Delivery]:
         return [
@@ -217,4 +359,5 @@ class BullmqTransport:
     async def close(self) -> None:
         self._closed = True
         await asyncio.gather(*(s.aclose() for s in list(self._streams)))
+        await self._calls.close()
         await self.redis.aclose()

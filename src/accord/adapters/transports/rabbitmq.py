@@ -21,50 +21,130 @@ Rules:
   nacked message raises :class:`~accord.errors.TransportError`; a confirm that does not arrive in
   ``confirm_ms`` (or a connection lost meanwhile) is *indeterminate*: it raises with
   ``retryable=True`` so the outbox entry stays pending and is published again; it is never assumed
-  lost or done.
+  lost or done. Publishes share one confirm-mode channel per transport, many in flight at once,
+  each awaiting its own confirm. The common one (default exchange, no headers, one body frame) is
+  framed here (:func:`publish_frames`, byte for byte the client's framing) and entered in the AMQP
+  client's (``aiormq``) own confirm and return bookkeeping, as its ``basic_publish`` does; a
+  channel without that bookkeeping, and every other publish, goes through ``basic_publish``.
 - **No dedup.** RabbitMQ does not deduplicate: publishing a message id twice makes two deliveries
   carrying the same ``message_id``. The engine's deterministic ids and fencing make the second one a
   no-op (a matching duplicate is acknowledged without re-releasing anything).
 - **Leases** are RabbitMQ's manual acks, bounded by ``basic.qos(prefetch)``: a delivery stays with
   its consumer until settled or until the consumer's connection goes away, when the broker
-  requeues it. The connection is *robust*: it reconnects and resubscribes; settling a delivery from
-  before the reconnect does nothing (the broker has already requeued it).
-- **delivery_count** is 1 + the broker's ``x-delivery-count`` + the count a delayed nack carried
-  over in the ``x-accord-deliveries`` header. A nack at the limit, or a delivery that would pass it,
-  is dead-lettered explicitly with ``x-accord-reason`` and ``x-accord-dead-at`` headers; the
-  broker's delivery limit catches consumers that crash before they can.
+  requeues it (``visibility_ms`` does not apply: the lease is the connection's life). The
+  connection is *robust*: it reconnects and resubscribes; settling a delivery from before the
+  reconnect does nothing (the broker has already requeued it), and such a delivery still buffered
+  is never handed out. A queue deleted under a consumer is declared again and consumed again.
+- **Closing a stream** gives back the deliveries it never handed out. The broker would count a
+  requeue as a delivery, so each goes back as a confirmed copy carrying its count (at the tail of
+  the queue) before the original is acknowledged; a copy that cannot be published leaves the
+  original to a plain requeue.
+- **delivery_count** is 1 + the broker's ``x-delivery-count`` + the count a delayed nack (or a
+  given-back copy) carried over in the ``x-accord-deliveries`` header. A nack at the limit, or a
+  delivery that would pass it, is dead-lettered explicitly with ``x-accord-reason`` and
+  ``x-accord-dead-at`` headers; the broker's delivery limit catches consumers that crash before
+  they can.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
-from aio_pika.exceptions import AMQPError, DeliveryError, PublishError
-from aiormq.exceptions import ChannelInvalidStateError
+import aiormq
+from aio_pika.abc import AbstractRobustConnection
+from aiormq.abc import ChannelFrame
+from aiormq.exceptions import AMQPError, ChannelInvalidStateError, DeliveryError, PublishError
+from pamqp.commands import Basic
 
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
 from accord.adapters.transports._rabbitmq_consume import (
     CARRIED,
     ConsumerStream,
+    Held,
     read_dead_letters,
     settle,
 )
 from accord.engine.ports import Clock, Delivery
 from accord.errors import TransportError
 
-__all__ = ["DEAD_EXCHANGE", "RabbitmqTransport"]
+__all__ = ["DEAD_EXCHANGE", "RabbitmqTransport", "publish_frames"]
 
 DEAD_EXCHANGE = "accord.dead"
 _QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms"})
 _DELAY_IDLE_MS = 60_000
 RECONNECT_S = 1.0  # pause between reconnection attempts of the robust connection
+
+_FRAME = struct.Struct(">BHI")  # frame type, channel, payload size
+_CONTENT = struct.Struct(">HHQH")  # class (basic), weight, body size, property flags
+_PUBLISH = b"\x00\x3c\x00\x28\x00\x00"  # basic.publish, ticket 0
+_ID_PERSISTENT = 0x1000 | 0x0080  # property flags: delivery-mode, message-id
+_END = b"\xce"
+
+
+def publish_frames(channel: int, key: str, message_id: str, body: bytes) -> bytes | None:
+    """``basic.publish`` to the default exchange, ``mandatory``, of a persistent message whose one
+    other property is ``message_id``: its method, content header and body frames, byte for byte
+    what the AMQP client would send; None when a name does not fit a short string."""
+    rk, mid = key.encode(), message_id.encode()
+    if len(rk) > 255 or len(mid) > 255:
+        return None
+    method = b"".join((_PUBLISH, b"\x00", bytes((len(rk),)), rk, b"\x01"))
+    header = b"".join(
+        (_CONTENT.pack(60, 0, len(body), _ID_PERSISTENT), b"\x02", bytes((len(mid),)), mid)
+    )
+    parts = [_FRAME.pack(1, channel, len(method)), method, _END]
+    parts += [_FRAME.pack(2, channel, len(header)), header, _END]
+    if body:
+        parts += [_FRAME.pack(3, channel, len(body)), body, _END]
+    return b"".join(parts)
+
+
+def _frames_itself(channel: aiormq.Channel) -> bool:
+    """Whether ``channel`` keeps its confirm bookkeeping where :meth:`_publish_framed` expects."""
+    return (
+        channel.publisher_confirms
+        and isinstance(getattr(channel, "delivery_tag", None), int)
+        and isinstance(getattr(channel, "confirmations", None), dict)
+        and isinstance(getattr(channel, "message_id_delivery_tag", None), dict)
+        and isinstance(getattr(channel, "write_queue", None), asyncio.Queue)
+    )
+
+
+async def _publish_framed(channel: aiormq.Channel, frames: bytes, message_id: str) -> None:
+    """A confirmed publish of ready-made frames, kept exactly as the client's ``basic_publish``
+    keeps its own: under the channel lock, the next delivery tag, a confirm future the channel
+    fails when it closes, and the message id a ``basic.return`` is matched by."""
+    async with channel.lock:  # frames leave in delivery-tag order
+        channel.delivery_tag += 1
+        tag = channel.delivery_tag
+        confirmation = channel.create_future()
+        channel.confirmations[tag] = confirmation
+        channel.message_id_delivery_tag[message_id] = tag
+        frame = ChannelFrame(payload=frames, should_close=False)
+        try:
+            channel.write_queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            try:
+                await channel.write_queue.put(frame)
+            except BaseException:  # never sent: the broker did not see this tag
+                channel.delivery_tag -= 1
+                channel.confirmations.pop(tag, None)
+                if channel.message_id_delivery_tag.get(message_id) == tag:
+                    del channel.message_id_delivery_tag[message_id]
+                confirmation.cancel()
+                raise
+    try:
+        await confirmation  # a nack or a return raises
+    finally:
+        if channel.message_id_delivery_tag.get(message_id) == tag:
+            del channel.message_id_delivery_tag[message_id]
 
 
 class RabbitmqTransport:
@@ -85,9 +165,12 @@ class RabbitmqTransport:
         self.options = options or QueueOptions()
         self.clock: Clock = clock or SystemClock()
         self.connection: AbstractRobustConnection | None = None
-        self._publisher: aio_pika.abc.AbstractChannel | None = None
+        self._publisher: aio_pika.abc.AbstractRobustChannel | None = None
+        self._underlay: aiormq.Channel | None = None  # the publisher's AMQP channel
+        self._framed = False  # whether publishes to the default exchange are framed here
         self.declared: set[str] = set()  # broker queue names this transport has declared
-        self._held: dict[str, AbstractIncomingMessage] = {}  # receipt -> unsettled message
+        self._names: dict[str, str] = {}  # queue -> broker name, once it is fully declared
+        self._held: dict[str, Held] = {}  # receipt -> unsettled delivery
         self._streams: set[ConsumerStream] = set()
         self._lingering: list[aio_pika.abc.AbstractChannel] = []  # closed streams' channels
         self._lock = asyncio.Lock()
@@ -117,21 +200,40 @@ class RabbitmqTransport:
         if self._closed:
             raise TransportError("transport is closed", retryable=False)
 
-    async def _channel(self) -> aio_pika.abc.AbstractChannel:
-        async with self._lock:
-            if self._publisher is None:
-                try:
-                    self.connection = await aio_pika.connect_robust(
-                        self.url,
-                        reconnect_interval=RECONNECT_S,
-                        client_properties={"connection_name": self.connection_name},
-                    )
-                    self._publisher = await self.connection.channel(
-                        publisher_confirms=True, on_return_raises=True
-                    )
-                except (AMQPError, OSError) as exc:
-                    raise TransportError(f"cannot reach RabbitMQ: {exc}", retryable=True) from exc
-            return self._publisher
+    async def _channel(self) -> aiormq.Channel:
+        """The publisher's confirm-mode channel (opening the connection on first use); a channel
+        lost with its connection is a retryable error until the robust connection reopens it."""
+        underlay = self._underlay
+        if underlay is None:
+            async with self._lock:
+                if self._underlay is None:
+                    await self._connect()
+            assert self._underlay is not None
+            underlay = self._underlay
+        if underlay.is_closed:
+            raise ChannelInvalidStateError("the publisher channel is closed (reconnecting)")
+        return underlay
+
+    async def _connect(self) -> None:
+        try:
+            self.connection = await aio_pika.connect_robust(
+                self.url,
+                reconnect_interval=RECONNECT_S,
+                client_properties={"connection_name": self.connection_name},
+            )
+            publisher: Any = await self.connection.channel(
+                publisher_confirms=True, on_return_raises=True
+            )
+            self._publisher = publisher
+            await self._reopened(publisher)
+            publisher.reopen_callbacks.add(self._reopened)
+        except (AMQPError, OSError) as exc:
+            raise TransportError(f"cannot reach RabbitMQ: {exc}", retryable=True) from exc
+
+    async def _reopened(self, channel: Any) -> None:
+        underlay = cast(aiormq.Channel, await channel.get_underlay_channel())
+        self._framed = _frames_itself(underlay)
+        self._underlay = underlay
 
     def arguments(self, queue: str) -> dict[str, Any]:
         """The declaration arguments of ``queue`` (fixed once it exists on the broker)."""
@@ -147,10 +249,13 @@ class RabbitmqTransport:
     async def declare(self, queue: str) -> str:
         """Declare ``queue``, its dead-letter queue and the dead-letter exchange (once each);
         return the queue's name on the broker."""
-        name = self.prefix + queue
-        if name in self.declared and f"{name}.dead" in self.declared:
+        name = self._names.get(queue)
+        if name is not None:
             return name
-        channel = await self._channel()
+        name = self.prefix + queue
+        await self._channel()
+        assert self._publisher is not None
+        channel = self._publisher
         dead = await channel.declare_exchange(DEAD_EXCHANGE, "direct", durable=True)
         dlq = await channel.declare_queue(
             f"{name}.dead", durable=True, arguments={"x-queue-type": "quorum"}
@@ -159,12 +264,21 @@ class RabbitmqTransport:
         await dlq.bind(dead, routing_key=name)
         await channel.declare_queue(name, durable=True, arguments=self.arguments(queue))
         self.declared.add(name)
+        self._names[queue] = name
         return name
+
+    def forget(self, queue: str) -> None:
+        """Declare ``queue`` (and its delay queues) again on next use."""
+        name = self.prefix + queue
+        self._names.pop(queue, None)
+        self.declared -= {n for n in self.declared if n == name or n.startswith(name + ".")}
 
     async def _delay_queue(self, name: str, delay_ms: int) -> str:
         delayed = f"{name}.delay.{delay_ms}"
         if delayed not in self.declared:
-            await (await self._channel()).declare_queue(
+            await self._channel()
+            assert self._publisher is not None
+            await self._publisher.declare_queue(
                 delayed,
                 durable=True,
                 arguments={
@@ -184,33 +298,46 @@ class RabbitmqTransport:
         self._check_open()
         if not queue or not message_id:
             raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
-        await self._send(queue, message_id, bytes(body), {}, delay_ms=delay_ms)
+        await self._send(queue, message_id, bytes(body), None, delay_ms=delay_ms)
 
     async def _send(
         self,
         queue: str,
         message_id: str,
         body: bytes,
-        headers: dict[str, Any],
+        headers: dict[str, Any] | None,
         *,
         delay_ms: int = 0,
         exchange: str = "",
     ) -> None:
         try:
-            name = await self.declare(queue)
+            name = self._names.get(queue) or await self.declare(queue)
             key = name if exchange or delay_ms <= 0 else await self._delay_queue(name, delay_ms)
-            channel = await self._channel()
-            target = await channel.get_exchange(exchange) if exchange else channel.default_exchange
-            message = aio_pika.Message(
+            channel = self._underlay
+            if channel is None or channel.is_closed:
+                channel = await self._channel()
+            timeout = self.confirm_ms / 1000
+            framed = None  # the common publish is framed here; the client frames the rest
+            simple = not exchange and headers is None and len(body) < channel.max_content_size
+            if simple and self._framed:
+                framed = publish_frames(channel.number, key, message_id, body)
+            if framed is not None:
+                async with asyncio.timeout(timeout):
+                    await _publish_framed(channel, framed, message_id)
+                return
+            properties = Basic.Properties(message_id=message_id, delivery_mode=2, headers=headers)
+            # wait=False: no drain future; the broker's confirm (or return) is what is awaited
+            await channel.basic_publish(
                 body,
-                message_id=message_id,
-                headers=headers,
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                exchange=exchange,
+                routing_key=key,
+                properties=properties,
+                mandatory=True,
+                timeout=timeout,
+                wait=False,
             )
-            await target.publish(message, key, mandatory=True, timeout=self.confirm_ms / 1000)
         except PublishError as exc:  # returned: re-declare on the next try (deleted meanwhile?)
-            name = self.prefix + queue
-            self.declared -= {n for n in self.declared if n == name or n.startswith(name + ".")}
+            self.forget(queue)
             raise TransportError(
                 f"publish to {queue!r} was returned unroutable: {exc}", retryable=True
             ) from exc
@@ -233,40 +360,48 @@ class RabbitmqTransport:
         return stream
 
     async def ack(self, delivery: Delivery) -> None:
-        message = self._held.pop(delivery.receipt, None)
-        if message is not None:
-            await settle(message.ack())
+        held = self._held.pop(delivery.receipt, None)
+        if held is not None:
+            await settle(held.ack())
 
     async def nack(self, delivery: Delivery, delay_ms: int = 0) -> None:
-        message = self._held.pop(delivery.receipt, None)
-        if message is None:
+        held = self._held.pop(delivery.receipt, None)
+        if held is None:
             return
         limit = self.options.limit(delivery.queue)
         if delivery.delivery_count >= limit:
             why = f"nacked on delivery {delivery.delivery_count} of {limit}"
-            await self.dead_letter(delivery.queue, message, delivery.delivery_count, why)
+            await self.dead_letter(
+                delivery.queue, delivery.message_id, delivery.body, held, why,
+                count=delivery.delivery_count,
+            )  # fmt: skip
         elif delay_ms > 0:  # a copy through the delay queue carries the count over
             carried = {CARRIED: delivery.delivery_count}
             await self._send(
                 delivery.queue, delivery.message_id, delivery.body, carried, delay_ms=delay_ms
             )
-            await settle(message.ack())
+            await settle(held.ack())
         else:
-            await settle(message.nack(requeue=True))
+            await settle(held.requeue())
 
     async def dead_letter(
-        self, queue: str, message: AbstractIncomingMessage, count: int, reason: str
+        self,
+        queue: str,
+        message_id: str,
+        body: bytes,
+        held: Held,
+        reason: str,
+        *,
+        count: int | None = None,
     ) -> None:
-        """Quarantine ``message`` in ``queue.dead`` (confirmed), then settle the original."""
+        """Quarantine a delivery in ``queue.dead`` (confirmed), then settle the original."""
         headers = {
-            CARRIED: count,
+            CARRIED: self.options.limit(queue) if count is None else count,
             "x-accord-reason": reason,
             "x-accord-dead-at": self.clock.now_ms(),
         }
-        await self._send(
-            queue, message.message_id or "", message.body, headers, exchange=DEAD_EXCHANGE
-        )
-        await settle(message.ack())
+        await self._send(queue, message_id, body, headers, exchange=DEAD_EXCHANGE)
+        await settle(held.ack())
 
     async def dead_letters(self, queue: str) -> list[Delivery]:
         return [

@@ -15,8 +15,9 @@ are in ``keys.py``; the scripts' protocols in their own headers.
 - Claims ask every shard at once, starting from a rotating shard (see ``_fanout.py``).
 - Every script call (commits, claims, done-marks) and the plain reads of the engine's path
   (``load``, ``history``, plans and activations) go through the store's call group
-  (``_group.py``): calls made while a round trip is in flight are sent together as one pipeline
-  on one connection, each still its own atomic script or command with its own reply or error.
+  (``accord.adapters._redis_group``): calls made while a round trip is in flight are sent
+  together as one pipeline on one connection, each still its own atomic script or command with
+  its own reply or error.
 - Plans are immutable (``SET NX``, then compare); activations are a list per workflow; worker
   announcements a sorted set by expiry.
 
@@ -33,10 +34,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from accord.adapters import _store_rules as rules
+from accord.adapters._redis_group import GroupCalls
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis._catalog import Catalog
 from accord.adapters.stores.redis._fanout import claim_across, list_runs
-from accord.adapters.stores.redis._group import GroupCalls
 from accord.adapters.stores.redis._scripts import ScriptCode, Scripts, commit_args
 from accord.adapters.stores.redis._server import check_server, open_client, redis_errors, split_url
 from accord.adapters.stores.redis.keys import StoreKeys

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from accord.adapters import _store_rules as rules
-from accord.adapters.stores.redis._group import GroupCalls
+from accord.adapters._redis_group import GroupCalls
 from accord.adapters.stores.redis._scripts import Scripts
 from accord.adapters.stores.redis._server import redis_errors
 from accord.adapters.stores.redis.keys import StoreKeys

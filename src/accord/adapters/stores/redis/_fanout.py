@@ -10,7 +10,7 @@ Shards are read concurrently and merged; the run records are read in one pipelin
 **Claims.** A claim of ``limit`` items is split over the shards still worth asking (quotas
 summing to the remaining limit, starting from a rotating shard so claimants spread out). Each
 shard's script is atomic on its own; the calls of one round go out together, in one pipeline
-(``_group.py``). A shard that returns less than its quota is drained and dropped; the rest are
+(``_redis_group.py``). A shard that returns less than its quota is drained and dropped; the rest are
 asked again for what is still missing. Every round either claims something or drops a shard, so
 a claim takes at most ``shards`` rounds and an empty poll with ``limit >= shards`` takes one. If a
 call fails, items already leased by the other calls come back when their lease lapses

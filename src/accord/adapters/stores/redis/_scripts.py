@@ -2,7 +2,7 @@
 
 Each ``*.lua`` file in this package is one script; the number in its name is its key count, and
 its header lists KEYS and ARGV. :class:`Scripts` registers them on a client; the store sends them
-with ``EVALSHA`` through its call group (``_group.py``), which loads a script again after a
+with ``EVALSHA`` through its call group (``_redis_group.py``), which loads a script again after a
 restart emptied the script cache (``announce`` goes through redis-py's own loader). Every script
 validates all of its input before its first write, because Redis does not roll back a script that
 fails half-way; negative return codes (:class:`ScriptCode`) report refusals without an error.

@@ -1,4 +1,5 @@
-"""Group calls: the Redis calls of many tasks, sent as one pipeline per round trip.
+"""Group calls: the Redis calls of many tasks, sent as one pipeline per round trip (used by the
+Redis store and the BullMQ transport).
 
 Every script call of the store (commits, claims, done-marks), and its plain reads on the engine's
 path (run records, history, activations, plans), are queued here and answered by a flusher:
