@@ -68,6 +68,7 @@ from accord.adapters.transports._rabbitmq_consume import (
     CARRIED,
     ConsumerStream,
     Held,
+    drain_acks,
     read_dead_letters,
     settle,
 )
@@ -419,6 +420,7 @@ class RabbitmqTransport:
     async def close(self) -> None:
         self._closed = True
         await asyncio.gather(*(s.aclose() for s in list(self._streams)))
+        await drain_acks()  # noted acks go out before their channels close
         self._held.clear()
         if self.connection is not None:
             await self.connection.close()  # unsettled deliveries return to their queues
