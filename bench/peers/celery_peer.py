@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any
 
+import celery.exceptions
 import redis
 from celery import Celery, chain, chord
 
@@ -66,17 +67,26 @@ def workflow() -> Any:
     return chain(task_a.s(), chord([task_b.s(), task_c.s()], task_d.s()))
 
 
-def start_worker(slots: int) -> subprocess.Popen[bytes]:
+def start_worker(slots: int, tries: int = 3) -> subprocess.Popen[bytes]:
+    """A worker that has taken one run through. Now and then a fresh prefork worker never
+    answers its first run (the run's message is taken, no result comes): that worker is killed
+    and another started, up to ``tries`` times, and the restarts are reported on stderr."""
     cmd = [sys.executable, "-m", "celery", "-A", "bench.peers.celery_peer:app", "worker",
            "--pool", "prefork", "--concurrency", str(slots), "-Q", QUEUE, "--loglevel", "WARNING",
            "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
-    worker = subprocess.Popen(cmd, start_new_session=True, stdout=sys.stderr)
-    try:
-        workflow().apply_async().get(timeout=90)  # ready when one run has gone through
-    except BaseException:
-        stop_worker(worker)
-        raise
-    return worker
+    for attempt in range(1, tries + 1):
+        worker = subprocess.Popen(cmd, start_new_session=True, stdout=sys.stderr)
+        try:
+            workflow().apply_async().get(timeout=15)  # ready when one run has gone through
+        except celery.exceptions.TimeoutError:
+            stop_worker(worker)
+            print(f"celery worker ({slots} slots) not ready, attempt {attempt}", file=sys.stderr)
+            continue
+        except BaseException:
+            stop_worker(worker)
+            raise
+        return worker
+    raise RuntimeError(f"no celery worker with {slots} slots answered in {tries} tries")
 
 
 def stop_worker(worker: subprocess.Popen[bytes]) -> None:
@@ -94,12 +104,13 @@ def stop_worker(worker: subprocess.Popen[bytes]) -> None:
     client.close()
 
 
-def throughput(worker: subprocess.Popen[bytes], n: int) -> dict[str, float]:
+def throughput(worker: subprocess.Popen[bytes], n: int, timeout_s: float = 300) -> dict[str, float]:
     pids = w.process_tree(worker.pid)
     cpu0, t0 = w.cpu_seconds(pids) + time.process_time(), time.perf_counter()
     results = [workflow().apply_async() for _ in range(n)]
+    deadline = time.monotonic() + timeout_s
     for result in results:
-        result.get(timeout=300)
+        result.get(timeout=max(deadline - time.monotonic(), 0.1))
     elapsed = time.perf_counter() - t0
     return w.throughput_figures(n, elapsed, w.cpu_seconds(pids) + time.process_time() - cpu0)
 
@@ -138,8 +149,12 @@ def main(smoke: bool) -> None:
         if budget.allows(f"scaling.{slots}", sizes["scaling_runs"]):
             worker = start_worker(slots)
             try:
-                rate = throughput(worker, sizes["scaling_runs"])["runs_per_s"]
+                rate = throughput(worker, sizes["scaling_runs"], 30)["runs_per_s"]
                 figures["scaling"][str(slots)] = rate
+            except celery.exceptions.TimeoutError:
+                # seen with one slot: some of the runs never finish; reported, not hidden
+                stalled = f"{sizes['scaling_runs']} runs not finished within 30 s"
+                figures.setdefault("scaling_stalled", {})[str(slots)] = stalled
             finally:
                 stop_worker(worker)
     broker.flushdb()
