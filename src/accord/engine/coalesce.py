@@ -17,6 +17,7 @@ with ``alone=True``: they wait for the run's lock like before and never join a b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Generic, TypeVar
@@ -54,16 +55,10 @@ class Mailboxes(Generic[T, R]):
             box = self._boxes[key] = []
             try:
                 await asyncio.sleep(0)  # deliveries already scheduled for this run join now
-                batch, waiters = [item], []
-                for queued, waiter in box:
-                    batch.append(queued)
-                    waiters.append(waiter)
-                del box[:]
-                mine = await self._settle(run_batch, batch, waiters)
+                mine = (await self._settle(run_batch, [(item, None), *_take(box)]))[0]
                 while box:  # arrived during the commit: the next batch
-                    pending = list(box)
-                    del box[:]
-                    await self._settle(run_batch, [i for i, _ in pending], [w for _, w in pending])
+                    with contextlib.suppress(Exception):  # its waiters have the error
+                        await self._settle(run_batch, _take(box))
                 return mine
             finally:
                 del self._boxes[key]
@@ -74,26 +69,29 @@ class Mailboxes(Generic[T, R]):
     async def _settle(
         self,
         run_batch: Callable[[list[T]], Awaitable[list[R]]],
-        batch: list[T],
-        waiters: list[asyncio.Future[R]],
-    ) -> R:
-        """Run one batch; the followers' waiters get their results, the first result (the
-        leader's, when it is in the batch) is returned. Errors reach every waiter."""
+        entries: list[tuple[T, asyncio.Future[R] | None]],
+    ) -> list[R]:
+        """Run one batch and answer its waiters (``None``: the leader, who reads the returned
+        results); an error reaches every waiter and is raised."""
         self.batches += 1
-        offset = len(batch) - len(waiters)
         try:
-            results = await run_batch(batch)
+            results = await run_batch([item for item, _ in entries])
         except BaseException as exc:
-            for waiter in waiters:
-                if not waiter.done():
+            for _, waiter in entries:
+                if waiter is not None and not waiter.done():
                     if isinstance(exc, asyncio.CancelledError):
                         waiter.cancel()
                     else:
                         waiter.set_exception(exc)
-            if offset or isinstance(exc, asyncio.CancelledError):
-                raise
-            return None  # type: ignore[return-value]  # nobody reads a follower batch's result
-        for waiter, result in zip(waiters, results[offset:], strict=True):
-            if not waiter.done():
+            raise
+        for (_, waiter), result in zip(entries, results, strict=True):
+            if waiter is not None and not waiter.done():
                 waiter.set_result(result)
-        return results[0]
+        return results
+
+
+def _take(box: list[tuple[T, asyncio.Future[R]]]) -> list[tuple[T, asyncio.Future[R] | None]]:
+    """Everything queued in ``box``, which is left empty."""
+    taken: list[tuple[T, asyncio.Future[R] | None]] = list(box)
+    del box[:]
+    return taken
