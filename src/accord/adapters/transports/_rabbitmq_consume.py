@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import itertools
 import uuid
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
@@ -44,7 +43,6 @@ __all__ = [
     "Held",
     "dead_letter_record",
     "delivery_count",
-    "drain_acks",
     "read_dead_letters",
     "settle",
 ]
@@ -74,12 +72,19 @@ class Acks:
     """
 
     __slots__ = (
-        "_channel", "_done", "_held_back", "_loop", "_outstanding", "_pending", "_scheduled",
+        "__weakref__",
+        "_done",
+        "_held_back",
+        "_loop",
+        "_outstanding",
+        "_pending",
+        "_scheduled",
         "_writer",
+        "channel",
     )  # fmt: skip
 
     def __init__(self, channel: aiormq.abc.AbstractChannel) -> None:
-        self._channel = channel
+        self.channel = channel
         self._outstanding: deque[int] = deque()  # delivered, not settled, in delivery order
         self._done: set[int] = set()  # acked by the transport, frame not decided yet
         self._scheduled = False
@@ -150,7 +155,7 @@ class Acks:
             self._writer = asyncio.ensure_future(self._writes())
 
     async def _writes(self) -> None:
-        channel, pending = self._channel, self._pending
+        channel, pending = self.channel, self._pending
         try:
             while pending:
                 tag, multiple, requeue, written = pending.popleft()
@@ -169,19 +174,6 @@ class Acks:
                     written.set_result(None)
 
 
-def acks_of(channel: aiormq.abc.AbstractChannel) -> Acks:
-    acks = _ACKS.get(channel)
-    if acks is None:
-        acks = _ACKS[channel] = Acks(channel)
-    return acks
-
-
-async def drain_acks() -> None:
-    """Write the acks noted on every open channel (a transport calls this before closing)."""
-    await asyncio.gather(*(acks.drain() for acks in list(_ACKS.values())))
-
-
-_ACKS: weakref.WeakKeyDictionary[aiormq.abc.AbstractChannel, Acks] = weakref.WeakKeyDictionary()
 ACK_HOLD_S = 0.01
 
 
@@ -190,10 +182,9 @@ class Held:
 
     __slots__ = ("acks", "channel", "tag")
 
-    def __init__(self, channel: aiormq.abc.AbstractChannel, tag: int) -> None:
-        self.channel, self.tag = channel, tag
-        self.acks = acks_of(channel)
-        self.acks.delivered(tag)
+    def __init__(self, channel: aiormq.abc.AbstractChannel, tag: int, acks: Acks) -> None:
+        self.channel, self.tag, self.acks = channel, tag, acks
+        acks.delivered(tag)
 
     def ack(self) -> Awaitable[None]:
         self.acks.ack(self.tag)
@@ -267,6 +258,7 @@ class ConsumerStream:
         self._tag = f"accord.{uuid.uuid4().hex}"
         self._starting: asyncio.Future[None] | None = None
         self._retrying: asyncio.Future[None] | None = None
+        self._acks: Acks | None = None  # of the channel deliveries come on now
         self._closed = False
 
     def __aiter__(self) -> ConsumerStream:
@@ -334,7 +326,11 @@ class ConsumerStream:
         (nothing, except for a delivery to dead-letter or to give back)."""
         frame, props = message.delivery, message.header.properties
         tag: int = frame.delivery_tag  # type: ignore[union-attr,assignment]
-        held = Held(message.channel, tag)
+        acks = self._acks
+        if acks is None or acks.channel is not message.channel:  # first, or after a reconnect
+            acks = self._acks = Acks(message.channel)
+            self._t._acks.add(acks)
+        held = Held(message.channel, tag, acks)
         count = delivery_count(props.headers)
         message_id = props.message_id or ""
         if self._closed:  # arrived after the consumer was cancelled: nobody will take it

@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -66,9 +67,9 @@ from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
 from accord.adapters.transports._rabbitmq_consume import (
     CARRIED,
+    Acks,
     ConsumerStream,
     Held,
-    drain_acks,
     read_dead_letters,
     settle,
 )
@@ -172,6 +173,7 @@ class RabbitmqTransport:
         self.declared: set[str] = set()  # broker queue names this transport has declared
         self._names: dict[str, str] = {}  # queue -> broker name, once it is fully declared
         self._held: dict[str, Held] = {}  # receipt -> unsettled delivery
+        self._acks: weakref.WeakSet[Acks] = weakref.WeakSet()  # of its streams' channels
         self._streams: set[ConsumerStream] = set()
         self._lingering: list[aio_pika.abc.AbstractChannel] = []  # closed streams' channels
         self._lock = asyncio.Lock()
@@ -420,7 +422,8 @@ class RabbitmqTransport:
     async def close(self) -> None:
         self._closed = True
         await asyncio.gather(*(s.aclose() for s in list(self._streams)))
-        await drain_acks()  # noted acks go out before their channels close
+        # noted acks go out before their channels close
+        await asyncio.gather(*(acks.drain() for acks in list(self._acks)))
         self._held.clear()
         if self.connection is not None:
             await self.connection.close()  # unsettled deliveries return to their queues
