@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _hiredis = None  # type: ignore[assignment]
 
 
-__all__ = ["MAX_GROUP", "GroupCalls", "pack", "pack_plain"]
+__all__ = ["MAX_GROUP", "GroupCalls", "pack", "pack_plain", "round_trip"]
 
 MAX_GROUP = 256  # calls per pipeline
 
@@ -175,14 +175,14 @@ class GroupCalls:
 
     async def _exchange(self, group: list[_Call]) -> list[Any]:
         conn = await self._connection()
-        replies = await _round_trip(conn, [call.packed for call in group])
+        replies = await round_trip(conn, [call.packed for call in group])
         again = [n for n, reply in enumerate(replies) if isinstance(reply, rx.NoScriptError)]
         if again:
             for script in {id(group[n].script): group[n].script for n in again}.values():
                 await conn.send_command("SCRIPT", "LOAD", script.script)
                 await conn.read_response()  # the sha is the source's SHA-1: unchanged
             packed = [group[n].packed for n in again]
-            for n, reply in zip(again, await _round_trip(conn, packed), strict=True):
+            for n, reply in zip(again, await round_trip(conn, packed), strict=True):
                 replies[n] = reply
         return replies
 
@@ -208,7 +208,7 @@ class GroupCalls:
         return conn
 
 
-async def _round_trip(conn: Any, packed: list[bytes]) -> list[Any]:
+async def round_trip(conn: Any, packed: list[bytes]) -> list[Any]:
     """Send the commands as one write and read one reply (or its error) per command."""
     await conn.send_packed_command(packed, check_health=False)
     replies: list[Any] = []

@@ -47,9 +47,9 @@ from typing import TYPE_CHECKING, Any
 import bullmq  # type: ignore[import-untyped]
 import msgpack  # type: ignore[import-untyped]
 from redis.asyncio.connection import Connection, parse_url
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError
 
-from accord.adapters._redis_group import pack
+from accord.adapters._redis_group import pack, round_trip
 from accord.engine.ports import Delivery
 from accord.errors import TransportError
 
@@ -245,18 +245,10 @@ class _Line:
         self.conn = kind(**kwargs, decode_responses=True, client_name=name)
 
     async def send(self, *commands: tuple[Any, ...]) -> list[Any]:
-        conn = self.conn
         try:
-            await conn.send_packed_command([pack(c) for c in commands], check_health=False)
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
+            return await round_trip(self.conn, [pack(c) for c in commands])
         except BaseException:  # cancelled or broken mid-reply: the next call reconnects
-            await conn.disconnect(nowait=True)
+            await self.conn.disconnect(nowait=True)
             raise
 
     async def close(self) -> None:
