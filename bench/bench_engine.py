@@ -100,6 +100,18 @@ class _Tracker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), 1.0)
 
+    async def one_at_a_time(self, engine: Engine, n: int) -> tuple[list[float], list[str]]:
+        """``n`` runs, each started when the one before has ended: their start-to-terminal
+        times (ms) and their ids."""
+        single, alone = [], []
+        for i in range(n):
+            began = time.perf_counter()
+            rid = await engine.start_run(PLAN.name, {"modelId": f"s{i}"})
+            await self.wait([rid])
+            single.append((self.done[rid] - began) * 1000)
+            alone.append(rid)
+        return single, alone
+
     def hops(self, run_ids: list[str]) -> list[float]:
         out = []
         for rid in run_ids:
@@ -169,13 +181,7 @@ async def _measure(
         per_run = {what: round(k / n, 2) for what, k in sorted(calls.items())}
         transitions = engine.transitions - tr0
         hops = tracker.hops(runs)
-        single, alone = [], []
-        for i in range(singles):
-            began = time.perf_counter()
-            rid = await engine.start_run(PLAN.name, {"modelId": f"s{i}"})
-            await tracker.wait([rid])
-            single.append((tracker.done[rid] - began) * 1000)
-            alone.append(rid)
+        single, alone = await tracker.one_at_a_time(engine, singles)
         idle_hops = tracker.hops(alone)
         return {
             "runs_per_s": round(n / elapsed, 1),

@@ -263,13 +263,7 @@ async def _phases(
     elapsed = time.perf_counter() - t0
     after = await _snapshot(engine, children, beam)
     used = {key: after[key] - before[key] for key in after if key in before}
-    single, alone = [], []
-    for i in range(singles):
-        began = time.perf_counter()
-        rid = await engine.start_run(PLAN.name, {"modelId": f"s{i}"})
-        await tracker.wait([rid])
-        single.append((tracker.done[rid] - began) * 1000)
-        alone.append(rid)
+    single, alone = await tracker.one_at_a_time(engine, singles)
     fleet_cpu = used["engine"] + used.get("worker", 0.0)
     figures: dict[str, Any] = {
         "runs_per_s": round(n / elapsed, 1),
