@@ -19,15 +19,28 @@ contracts by the engine's result hooks (:mod:`accord.engine.checks`), where the 
 ``deliver(event, delivery)`` answers ``None`` when no run took the event (an outcome for a run
 that does not exist is quarantined too), ``True`` when its commit also acknowledged the delivery
 (the queue shares the store's database), else ``False`` and intake acknowledges it.
+
+**Batches.** A worker with several outcomes ready at once may send them as one message (fewer
+broker messages, confirms and acknowledgements per run; see :mod:`accord.worker.batching`)::
+
+    {"messageType": "batch", "outcomes": [<outcome envelope>, ...]}
+
+Each member is taken exactly as if it had come alone, in order (members for one run are applied
+in the order listed). The batch is acknowledged once every member is committed or quarantined; a
+member that cannot be committed leaves the whole batch unacknowledged, and its redelivery makes
+the members already committed duplicates, which the machine records without a second release.
+A malformed member is quarantined on its own (its id, or the batch's with ``#<index>``) and the
+others go on. The batch's id is derived from its members' ids (:func:`encode_batch`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from accord.canonical import canonical_json
@@ -41,10 +54,20 @@ from accord.engine.events import (
 )
 from accord.engine.ports import Delivery, Transport
 
-__all__ = ["OUTCOMES_QUEUE", "Intake", "MalformedOutcome", "parse_outcome"]
+__all__ = [
+    "BATCH_TYPE",
+    "MAX_OUTCOME_BYTES",
+    "OUTCOMES_QUEUE",
+    "Intake",
+    "MalformedOutcome",
+    "encode_batch",
+    "parse_outcome",
+]
 
 OUTCOMES_QUEUE = "accord.outcomes"
-MAX_OUTCOME_BYTES = 1_048_576
+MAX_OUTCOME_BYTES = 1_048_576  # one outcome, and one batch of them
+BATCH_TYPE = "batch"
+_BATCH_HEAD = b'{"messageType":"batch","outcomes":['
 
 log = logging.getLogger("accord.engine.intake")
 
@@ -60,14 +83,51 @@ def _field(doc: Mapping[str, Any], key: str, kind: type) -> Any:
     return value
 
 
-def parse_outcome(body: bytes) -> tuple[Event, dict[str, Any]]:
-    """Parse one outcome delivery; raises :class:`MalformedOutcome` with the reason."""
+def encode_batch(members: Sequence[tuple[str, bytes]]) -> tuple[str, bytes]:
+    """The message id and body of one batch of outcome envelopes (``(message_id, body)`` pairs,
+    each body a JSON object). The id is a digest of the members' ids: a batch sent again is the
+    same message, and it is a valid job id on every transport (no ``:``, not integer-like)."""
+    ids = hashlib.sha256("\n".join(mid for mid, _ in members).encode()).hexdigest()[:32]
+    return f"batch-{ids}", b"".join((_BATCH_HEAD, b",".join(b for _, b in members), b"]}"))
+
+
+def _decode(body: bytes) -> Any:
     if len(body) > MAX_OUTCOME_BYTES:
         raise MalformedOutcome(f"outcome of {len(body)} bytes exceeds {MAX_OUTCOME_BYTES}")
     try:
-        doc = json.loads(body)
+        return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedOutcome(f"not JSON: {exc}") from None
+
+
+def parse_outcome(body: bytes) -> tuple[Event, dict[str, Any]]:
+    """Parse one outcome delivery; raises :class:`MalformedOutcome` with the reason."""
+    return outcome_event(_decode(body))
+
+
+def parse_delivery(body: bytes) -> list[tuple[Any, Event | MalformedOutcome]] | None:
+    """The members of a batch, in order, each decoded envelope with its event (or why it is not
+    an outcome); ``None`` when ``body`` is not a batch (read it with :func:`parse_outcome`).
+    Raises :class:`MalformedOutcome` when the delivery as a whole cannot be read."""
+    doc = _decode(body)
+    if not isinstance(doc, dict) or doc.get("messageType") != BATCH_TYPE:
+        return None
+    members = doc.get("outcomes")
+    if not isinstance(members, list) or not members:
+        raise MalformedOutcome("field 'outcomes' of a batch must be a non-empty array")
+    parsed: list[tuple[Any, Event | MalformedOutcome]] = []
+    for i, member in enumerate(members):
+        try:
+            if isinstance(member, dict) and member.get("messageType") == BATCH_TYPE:
+                raise MalformedOutcome("a batch inside a batch")
+            parsed.append((member, outcome_event(member)[0]))
+        except MalformedOutcome as exc:
+            parsed.append((member, MalformedOutcome(f"batch member {i}: {exc}")))
+    return parsed
+
+
+def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
+    """The event one decoded outcome envelope reports; raises :class:`MalformedOutcome`."""
     if not isinstance(doc, dict):
         raise MalformedOutcome("outcome must be a JSON object")
     kind = _field(doc, "messageType", str)
@@ -112,11 +172,15 @@ def parse_outcome(body: bytes) -> tuple[Event, dict[str, Any]]:
     return event, doc
 
 
+def _text(doc: Any) -> bytes:
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
 class Intake:
     def __init__(
         self,
         transport: Transport,
-        deliver: Callable[[Event, Delivery], Awaitable[bool | None]],
+        deliver: Callable[[Event, Delivery | None], Awaitable[bool | None]],
         *,
         queue: str = OUTCOMES_QUEUE,
     ) -> None:
@@ -130,34 +194,66 @@ class Intake:
     async def wait_idle(self) -> None:
         await self._idle.wait()
 
-    async def process(self, delivery: Delivery) -> Event | None:
-        """Turn one delivery into a committed event, or quarantine it; then acknowledge it."""
+    async def process(self, delivery: Delivery) -> list[Event | None]:
+        """Turn one delivery into committed events (one, or a batch's members in order) or
+        quarantine what cannot be; then acknowledge it. One entry per outcome: its event, or
+        ``None`` where it was quarantined."""
         try:
-            event, _ = parse_outcome(delivery.body)
+            members = parse_delivery(delivery.body)
+            if members is None:
+                event, _ = parse_outcome(delivery.body)
         except MalformedOutcome as exc:
             await self._quarantine(delivery, str(exc))
-            return None
+            return [None]
+        if members is not None:
+            # each member starts in order, so a run's members reach the engine in order
+            events = await asyncio.gather(
+                *(self._member(delivery, i, doc, got) for i, (doc, got) in enumerate(members))
+            )
+            await self._transport.ack(delivery)
+            return list(events)
         taken = await self._deliver(event, delivery)
         if taken is None:
             await self._quarantine(delivery, f"no run {event.run_id!r}")
-            return None
+            return [None]
         if not taken:  # not settled by the commit itself (see accord.engine.joint)
             await self._transport.ack(delivery)
         self.processed += 1
-        return event
+        return [event]
+
+    async def _member(
+        self, delivery: Delivery, index: int, doc: Any, got: Event | MalformedOutcome
+    ) -> Event | None:
+        """One member of a batch: committed (never settled by its commit: the batch is
+        acknowledged as a whole), or quarantined on its own."""
+        if isinstance(got, MalformedOutcome):
+            ident = doc.get("messageId") if isinstance(doc, dict) else None
+            name = ident if isinstance(ident, str) and ident else f"{delivery.message_id}#{index}"
+            await self._record(delivery, name, str(got), _text(doc))
+            return None
+        if await self._deliver(got, None) is None:
+            why = f"no run {got.run_id!r}"
+            await self._record(delivery, str(doc["messageId"]), why, _text(doc))
+            return None
+        self.processed += 1
+        return got
 
     async def _quarantine(self, delivery: Delivery, reason: str) -> None:
+        await self._record(delivery, delivery.message_id, reason, delivery.body)
+        await self._transport.ack(delivery)
+
+    async def _record(self, delivery: Delivery, message_id: str, reason: str, body: bytes) -> None:
+        """Keep what intake could not take on ``<queue>.quarantine``, with its reason."""
         record = {
             "queue": delivery.queue,
-            "message_id": delivery.message_id,
+            "message_id": message_id,
             "reason": reason,
-            "body": delivery.body.decode("utf-8", errors="replace")[:65_536],
+            "body": body.decode("utf-8", errors="replace")[:65_536],
         }
-        log.warning("quarantined outcome %s: %s", delivery.message_id, reason)
-        qid = f"quarantine:{delivery.message_id}"
+        log.warning("quarantined outcome %s: %s", message_id, reason)
+        qid = f"quarantine:{message_id}"
         await self._transport.publish(f"{self.queue}.quarantine", qid, canonical_json(record))
         self.quarantined.append(record)
-        await self._transport.ack(delivery)
 
     async def run(self, stop: Callable[[], bool], prefetch: int = 64) -> None:
         """Consume until ``stop()``. Up to ``prefetch`` outcomes are processed at once, so one

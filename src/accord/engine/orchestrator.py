@@ -314,9 +314,11 @@ class Engine:
         self.runs.remember(run_id, stored.version, run)
         return stored.version, run
 
-    async def _deliver_outcome(self, event: Event, delivery: Delivery) -> bool | None:
-        """For intake: ``None`` if no run took it, else whether the commit acknowledged it."""
-        done, acked = await self._deliver(event, (delivery,) if self._joint else ())
+    async def _deliver_outcome(self, event: Event, delivery: Delivery | None) -> bool | None:
+        """For intake: ``None`` if no run took it, else whether the commit acknowledged
+        ``delivery`` (never when there is none to settle: a batch member's)."""
+        joint = (delivery,) if self._joint is not None and delivery is not None else ()
+        done, acked = await self._deliver(event, joint)
         return None if done.run is None else acked
 
     async def _idle_wait(self) -> None:

@@ -172,7 +172,9 @@ class EngineHarness:
 
     async def process_outcomes(self) -> list[Event | None]:
         return [
-            await self.engine.intake.process(d) for d in await self.take(self.engine.intake.queue)
+            event
+            for d in await self.take(self.engine.intake.queue)
+            for event in await self.engine.intake.process(d)
         ]
 
     async def take(self, queue: str, limit: int = 10_000) -> list[Delivery]:

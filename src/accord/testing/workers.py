@@ -4,9 +4,10 @@
 does: publish ``accepted`` (with the fence from the job envelope), run the handler, publish
 ``succeeded`` with its result (or ``failed`` for a :class:`~accord.errors.StageFailed`), then
 acknowledge the job (in one step with the answer when the transport offers
-``publish_and_ack``, as the embedded queue does). Outcome message ids are derived from the job's
-message id, so a redelivered job produces the same outcome ids and the transport drops the
-copies.
+``publish_and_ack``, as the embedded queue does). Outcomes ready at once leave as one message
+(:class:`~accord.worker.batching.OutcomeBatcher`), as the worker runtime's do. Outcome message
+ids are derived from the job's message id, so a redelivered job produces the same outcome ids
+(the transport, or else the engine, drops the copies).
 
 ``task_slots`` bounds how many jobs run at once across all queues. ``observe`` is called with
 ``("start", envelope)`` as soon as a job is received (before ``accepted`` is published) and with
@@ -26,6 +27,7 @@ from accord.canonical import canonical_json
 from accord.engine.intake import OUTCOMES_QUEUE
 from accord.engine.ports import Delivery, Transport
 from accord.errors import StageFailed
+from accord.worker.batching import OutcomeBatcher
 
 __all__ = ["JobHandler", "outcome", "run_noop_worker"]
 
@@ -77,15 +79,14 @@ async def run_noop_worker(
     settle: Callable[[str, str, bytes, Delivery], Awaitable[None]] | None = getattr(
         transport, "publish_and_ack", None
     )
+    answers = OutcomeBatcher(transport, outcomes_queue)  # outcomes ready at once: one message
 
     async def serve(delivery: Delivery) -> None:
         try:
             envelope = json.loads(delivery.body)
             if observe:  # the job is received: a hop ends here, before any answer goes out
                 observe("start", envelope)
-            await transport.publish(
-                outcomes_queue, *outcome(envelope, "accepted", workerId=worker_id)
-            )
+            await answers.publish(*outcome(envelope, "accepted", workerId=worker_id))
             try:
                 result = await handler(envelope)
                 answer = outcome(envelope, "succeeded", result)
@@ -93,7 +94,7 @@ async def run_noop_worker(
                 failure = {"code": exc.failure_code, "message": exc.reason}
                 answer = outcome(envelope, "failed", failure | {"retryable": exc.retryable})
             if settle is None:
-                await transport.publish(outcomes_queue, *answer)
+                await answers.publish(*answer)
             else:
                 await settle(outcomes_queue, *answer, delivery)
             if observe:

@@ -9,6 +9,9 @@ One job, in order::
     validate result                     invalid → terminal "invalid-result"
     publish final outcome, record, ack
 
+Outcomes ready at the same moment leave as one batch message (:mod:`accord.worker.batching`);
+each publish still returns only once the message carrying it is confirmed.
+
 Cancellation requests arrive on the control queue of each served queue and set the matching
 attempt's :attr:`Context.cancelled`. Unclassified exceptions are retryable until the stage has
 crashed ``max_crashes`` times, then terminal. Capabilities are announced with a TTL and renewed
@@ -34,6 +37,7 @@ from accord.engine.ports import Delivery, Transport
 from accord.errors import StageFailed
 from accord.worker import wire
 from accord.worker.acceptance import AcceptanceLog
+from accord.worker.batching import OutcomeBatcher
 from accord.worker.sdk import Binding, Context, Worker
 from accord.worker.wire import Announcer, Job, Poison, Refused, failure, outcome
 
@@ -63,7 +67,9 @@ class Runtime:
         self.acceptance = acceptance or AcceptanceLog()
         self.worker_id = worker_id or f"{worker.name}-{secrets.token_hex(3)}"
         self._announce, self._ttl = announce, announce_ttl_ms
-        self._outcomes, self._heartbeat_ms = outcomes_queue, heartbeat_ms
+        self._heartbeat_ms = heartbeat_ms
+        # outcomes ready at once (several jobs' answers, heartbeats) leave as one message
+        self.outcomes = OutcomeBatcher(transport, outcomes_queue)
         self._max_crashes, self._drain_s = max_crashes, drain_s
         self._slots = asyncio.Semaphore(slots)
         self._prefetch = slots
@@ -235,7 +241,7 @@ class Runtime:
         await self._publish(json.loads(body)["messageId"], body)
 
     async def _publish(self, message_id: str, body: bytes) -> None:
-        await self.transport.publish(self._outcomes, message_id, body)
+        await self.outcomes.publish(message_id, body)
 
     async def _ack(self, delivery: Delivery) -> None:
         with contextlib.suppress(Exception):  # a lapsed lease: the redelivery is answered

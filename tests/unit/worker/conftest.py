@@ -29,15 +29,18 @@ def catalog() -> Catalog:
 
 
 class Recorder(MemoryTransport):
-    """A real in-memory queue that also keeps, in order, what was published and any marks."""
+    """A real in-memory queue that also keeps, in order, what was published (each outcome, also
+    when it went in a batch) and any marks."""
 
     def __init__(self, visibility_ms: int = 30_000) -> None:
         super().__init__(None, QueueOptions(visibility_ms=visibility_ms, poll_ms=5))
         self.log: list[tuple[str, dict[str, Any]]] = []
 
     async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
-        if queue == OUTCOMES_QUEUE:
-            self.log.append((queue, json.loads(body)))
+        if queue == OUTCOMES_QUEUE:  # a batch's members are logged one by one, in order
+            doc = json.loads(body)
+            members = doc["outcomes"] if doc["messageType"] == "batch" else [doc]
+            self.log.extend((queue, member) for member in members)
         await super().publish(queue, message_id, body, delay_ms)
 
     def mark(self, what: str) -> None:

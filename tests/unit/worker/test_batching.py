@@ -1,0 +1,205 @@
+"""Outcome batching (accord.worker.batching): a group commit of outcome publishes.
+
+The transport is the real in-memory queue; a gate held around its publish stands for a broker's
+confirm that has not come back yet, which is when later outcomes gather into one batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accord.adapters.transports._base import QueueOptions
+from accord.adapters.transports.memory import MemoryTransport
+from accord.engine.intake import encode_batch, parse_delivery, parse_outcome
+from accord.errors import TransportError
+from accord.worker.batching import OutcomeBatcher
+
+Q = "accord.outcomes"
+
+
+class Gated(MemoryTransport):
+    """The in-memory queue, whose publishes wait for ``gate`` while it is clear (confirm pending)
+    and fail with ``fail`` when it is set."""
+
+    def __init__(self) -> None:
+        super().__init__(None, QueueOptions(poll_ms=5))
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.sent: list[tuple[str, bytes]] = []
+        self.fail: Exception | None = None
+
+    async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
+        await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        await super().publish(queue, message_id, body, delay_ms)
+        self.sent.append((message_id, body))
+
+
+def _outcome(i: int, size: int = 0) -> tuple[str, bytes]:
+    doc = {
+        "messageId": f"job-{i}:accepted",
+        "messageType": "accepted",
+        "runId": f"run_{i}",
+        "stage": "render",
+        "attempt": 1,
+        "fence": "f" * 32,
+        "payload": {"pad": "x" * size},
+    }
+    return str(doc["messageId"]), json.dumps(doc).encode()
+
+
+def _carried(sent: list[tuple[str, bytes]]) -> list[list[str]]:
+    """The outcome ids each sent message carried, in order."""
+    out = []
+    for _, body in sent:
+        members = parse_delivery(body)
+        if members is None:
+            out.append([parse_outcome(body)[0].message_id])
+        else:
+            out.append([doc["messageId"] for doc, _ in members])
+    return out
+
+
+async def _until(condition: Any) -> None:
+    async with asyncio.timeout(2):
+        while not condition():
+            await asyncio.sleep(0)
+
+
+async def test_an_outcome_alone_goes_out_unchanged() -> None:
+    t = Gated()
+    batcher = OutcomeBatcher(t, Q)
+    mid, body = _outcome(1)
+    await batcher.publish(mid, body)
+    assert t.sent == [(mid, body)]
+    assert (batcher.messages, batcher.outcomes) == (1, 1)
+    await t.close()
+
+
+async def test_outcomes_made_while_one_is_in_flight_leave_as_one_batch() -> None:
+    t = Gated()
+    batcher = OutcomeBatcher(t, Q)
+    t.gate.clear()  # the first publish's confirm is pending
+    first = asyncio.create_task(batcher.publish(*_outcome(0)))
+    await asyncio.sleep(0)
+    later = [asyncio.create_task(batcher.publish(*_outcome(i))) for i in range(1, 6)]
+    await asyncio.sleep(0.01)
+    assert not any(task.done() for task in [first, *later])  # nobody returns before its confirm
+    t.gate.set()
+    await asyncio.gather(first, *later)
+    assert _carried(t.sent) == [["job-0:accepted"], [f"job-{i}:accepted" for i in range(1, 6)]]
+    assert (batcher.messages, batcher.outcomes) == (2, 6)
+    batch_id = t.sent[1][0]
+    assert batch_id == encode_batch([_outcome(i) for i in range(1, 6)])[0]
+    assert batch_id.startswith("batch-") and ":" not in batch_id
+    await t.close()
+
+
+async def test_a_batch_is_bounded_by_members_and_bytes() -> None:
+    t = Gated()
+    batcher = OutcomeBatcher(t, Q, max_members=2, max_bytes=600)
+    t.gate.clear()
+    first = asyncio.create_task(batcher.publish(*_outcome(0)))
+    await asyncio.sleep(0)
+    sizes = [0, 0, 0, 900, 0]  # the fourth is larger than max_bytes: it goes alone
+    later = [asyncio.create_task(batcher.publish(*_outcome(i + 1, s))) for i, s in enumerate(sizes)]
+    await asyncio.sleep(0)
+    t.gate.set()
+    await asyncio.gather(first, *later)
+    assert _carried(t.sent) == [
+        ["job-0:accepted"],
+        ["job-1:accepted", "job-2:accepted"],
+        ["job-3:accepted"],
+        ["job-4:accepted"],
+        ["job-5:accepted"],
+    ]
+    await t.close()
+
+
+async def test_a_failed_publish_fails_every_outcome_it_carried_and_the_next_goes_on() -> None:
+    t = Gated()
+    batcher = OutcomeBatcher(t, Q)
+    t.gate.clear()
+    first = asyncio.create_task(batcher.publish(*_outcome(0)))
+    await asyncio.sleep(0)
+    later = [asyncio.create_task(batcher.publish(*_outcome(i))) for i in (1, 2, 3)]
+    await asyncio.sleep(0)
+    t.fail = TransportError("no confirm", retryable=True)
+    t.gate.set()
+    results = await asyncio.gather(first, *later, return_exceptions=True)
+    assert all(isinstance(r, TransportError) and r.retryable for r in results)
+    t.fail = None
+    await batcher.publish(*_outcome(9))
+    assert _carried(t.sent) == [["job-9:accepted"]]
+    await t.close()
+
+
+async def test_a_cancelled_caller_drops_its_waiting_outcome() -> None:
+    t = Gated()
+    batcher = OutcomeBatcher(t, Q)
+    t.gate.clear()
+    first = asyncio.create_task(batcher.publish(*_outcome(0)))
+    await asyncio.sleep(0)
+    gone = asyncio.create_task(batcher.publish(*_outcome(1)))
+    kept = asyncio.create_task(batcher.publish(*_outcome(2)))
+    await asyncio.sleep(0)
+    gone.cancel()
+    t.gate.set()
+    await asyncio.gather(first, kept)
+    assert _carried(t.sent) == [["job-0:accepted"], ["job-2:accepted"]]
+    await t.close()
+
+
+def test_limits_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_members"):
+        OutcomeBatcher(MemoryTransport(), Q, max_members=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 300)), min_size=1, max_size=40
+    ),  # (loop turns to wait before publishing, payload size)
+    max_members=st.integers(1, 8),
+    confirm_turns=st.integers(0, 3),
+)
+def test_every_outcome_leaves_exactly_once_in_the_order_it_was_published(
+    plan: list[tuple[int, int]], max_members: int, confirm_turns: int
+) -> None:
+    async def scenario() -> None:
+        class Slow(Gated):
+            async def publish(
+                self, queue: str, message_id: str, body: bytes, delay_ms: int = 0
+            ) -> None:
+                for _ in range(confirm_turns):
+                    await asyncio.sleep(0)
+                await super().publish(queue, message_id, body, delay_ms)
+
+        t = Slow()
+        batcher = OutcomeBatcher(t, Q, max_members=max_members, max_bytes=1500)
+        started: list[str] = []
+
+        async def one(i: int, turns: int, size: int) -> None:
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            mid, body = _outcome(i, size)
+            started.append(mid)
+            await batcher.publish(mid, body)
+            # returning means the message carrying it is confirmed (sent)
+            assert any(mid in ids for ids in _carried(t.sent))
+
+        await asyncio.gather(*(one(i, turns, size) for i, (turns, size) in enumerate(plan)))
+        carried = _carried(t.sent)
+        assert [mid for ids in carried for mid in ids] == started  # once each, in order
+        assert all(len(ids) <= max_members for ids in carried)
+        assert batcher.outcomes == len(plan) and batcher.messages == len(carried)
+        await t.close()
+
+    asyncio.run(scenario())
