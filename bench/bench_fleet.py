@@ -5,13 +5,13 @@ Same plan and no-op worker as :mod:`bench.bench_engine` (``render → fork(analy
 join → publish``, 9 transitions per run), but nothing shares a process with anything else: the
 engine runs in this process (it starts the runs, as an engine serving the API does), each of
 ``W`` workers is a process of its own running
-:func:`~accord.testing.workers.run_noop_worker` with 4 task slots over the same transport URL,
+:func:`~accord.testing.workers.run_noop_worker` with ``S`` task slots over the same transport URL,
 and with two engines a second engine process consumes the same outcomes queue
 (:mod:`bench.fleet_proc`). Store and queues live on fresh prefixes, removed afterwards
 (:mod:`bench.engine_distributed`). Timing starts only when every process answered ``ready`` and
 every worker has received a job of a warm-up batch.
 
-Figures per configuration (``e<engines>w<workers>``):
+Figures per configuration (``e<engines>w<workers>s<slots per worker>``):
 
 - ``runs_per_s`` / ``transitions_per_s``: N runs started at once, until all are terminal;
   ``conflicts``: commits that lost a race with another engine in that phase (outcomes are not
@@ -58,12 +58,13 @@ from accord.engine.orchestrator import Engine
 from bench.bench_engine import PLAN, _pct, _Tracker
 from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
 
-SLOTS = 4
-# (engines, workers): one engine and one 4-slot worker had the most runs/s and the least CPU per
-# run on this 2-core machine, and its 4 task slots are the peers' (Celery: one worker, prefork 4);
-# more workers shorten RabbitMQ's hops under load; a second engine costs conflicts and CPU
-DEFAULT = {"bullmq": (1, 1), "rabbitmq": (1, 1)}
-VARIANTS = ((1, 1), (1, 2), (1, 3), (2, 1))
+# (engines, workers, task slots per worker): one engine and one worker process had the most runs/s
+# and the least CPU per run on this 2-core machine; 8 slots rather than 4 let more of a worker's
+# outcomes share a broker message (accord.worker.batching) and shorten the hops under load. The
+# peers run 4 (Celery: one worker, prefork 4), so 4 slots is measured too; more workers shorten
+# RabbitMQ's hops under load; a second engine costs conflicts and CPU
+DEFAULT = {"bullmq": (1, 1, 8), "rabbitmq": (1, 1, 8)}
+VARIANTS = ((1, 1, 4), (1, 2, 8), (2, 1, 8))
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -168,10 +169,17 @@ async def _await_all(children: list[_Child], what: str, timeout_s: float) -> Non
 
 @contextlib.asynccontextmanager
 async def _fleet(
-    store_url: str, transport_url: str, engines: int, workers: int, *, tracker: _Tracker, tmp: Path
+    store_url: str,
+    transport_url: str,
+    engines: int,
+    workers: int,
+    slots: int,
+    *,
+    tracker: _Tracker,
+    tmp: Path,
 ) -> AsyncIterator[list[_Child]]:
     spawned = [
-        _spawn("worker", [transport_url, str(tmp / f"w{i}.json"), f"w{i}", str(SLOTS)], tmp,
+        _spawn("worker", [transport_url, str(tmp / f"w{i}.json"), f"w{i}", str(slots)], tmp,
                f"w{i}", tracker)
         for i in range(workers)
     ] + [
@@ -216,7 +224,7 @@ def _declared(children: list[_Child]) -> set[str]:
     return names
 
 
-async def _warm_up(engine: Engine, tracker: _Tracker, workers: list[_Child]) -> None:
+async def _warm_up(engine: Engine, tracker: _Tracker, workers: list[_Child], slots: int) -> None:
     """Start batches of runs until every worker has received a job (and the batches finished)."""
     deadline = time.monotonic() + 30
     batch = 0
@@ -225,7 +233,7 @@ async def _warm_up(engine: Engine, tracker: _Tracker, workers: list[_Child]) -> 
             raise RuntimeError("a worker received no job in 30 s of warm-up runs")
         runs = [
             await engine.start_run(PLAN.name, {"modelId": f"warm{batch}-{i}"})
-            for i in range(2 * SLOTS * len(workers))
+            for i in range(2 * slots * len(workers))
         ]
         await tracker.wait(runs, 60)
         batch += 1
@@ -251,10 +259,17 @@ async def _snapshot(engine: Engine, children: list[_Child], beam: int | None) ->
 
 
 async def _phases(
-    engine: Engine, tracker: _Tracker, children: list[_Child], broker: str, *, n: int, singles: int
+    engine: Engine,
+    tracker: _Tracker,
+    children: list[_Child],
+    broker: str,
+    *,
+    n: int,
+    singles: int,
+    slots: int,
 ) -> dict[str, Any]:
     """Warm up, then the throughput phase and the one-run-at-a-time phase."""
-    await _warm_up(engine, tracker, [c for c in children if c.role == "worker"])
+    await _warm_up(engine, tracker, [c for c in children if c.role == "worker"], slots)
     beam = _beam_pid() if broker == "rabbitmq" else None
     before = await _snapshot(engine, children, beam)
     t0 = time.perf_counter()
@@ -281,11 +296,11 @@ async def _phases(
     return {"figures": figures, "runs": runs, "alone": alone}
 
 
-async def _configuration(
-    broker: str, engines: int, workers: int, n: int, singles: int
+async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then its sizes)
+    broker: str, engines: int, workers: int, slots: int, n: int, singles: int
 ) -> dict[str, Any]:
     """One configuration measured: ``engines`` engine processes (this one included) and
-    ``workers`` worker processes over fresh prefixes of ``broker``."""
+    ``workers`` worker processes of ``slots`` task slots each over fresh prefixes of ``broker``."""
     declared: set[str] = set()
     tracker = _Tracker()
     load_start = os.getloadavg()[0]
@@ -301,11 +316,11 @@ async def _configuration(
             with tempfile.TemporaryDirectory(prefix="accord-fleet-") as tmpdir:
                 tmp = Path(tmpdir)
                 async with _fleet(
-                    store_url, transport_url, engines, workers, tracker=tracker, tmp=tmp
+                    store_url, transport_url, engines, workers, slots, tracker=tracker, tmp=tmp
                 ) as children:
                     try:
                         measured = await _phases(
-                            engine, tracker, children, broker, n=n, singles=singles
+                            engine, tracker, children, broker, n=n, singles=singles, slots=slots
                         )
                     except TimeoutError as exc:  # with what the fleet processes had to say
                         raise TimeoutError(f"{exc}; stderr: {_stderr_tails(children)}") from exc
@@ -328,15 +343,19 @@ async def _configuration(
     return figures
 
 
-def plan(smoke: bool) -> dict[str, list[tuple[int, int]]]:
+def label(engines: int, workers: int, slots: int) -> str:
+    return f"e{engines}w{workers}s{slots}"
+
+
+def plan(smoke: bool) -> dict[str, list[tuple[int, int, int]]]:
     """Configurations per broker, the default first: ``ACCORD_BENCH_FLEET`` (for instance
-    ``bullmq:1x2,2x2;rabbitmq:1x3``, engines × workers) overrides them."""
+    ``bullmq:1x2,2x2x4;rabbitmq:1x3``, engines × workers [× slots, 8 when left out]) overrides
+    them."""
     chosen = os.environ.get("ACCORD_BENCH_FLEET")
     if chosen:
         picks = dict(part.split(":") for part in chosen.split(";"))
         return {
-            broker: [(int(e), int(w)) for e, w in (c.split("x") for c in configs.split(","))]
-            for broker, configs in picks.items()
+            broker: [_config(c) for c in configs.split(",")] for broker, configs in picks.items()
         }
     return {
         broker: [default] + ([] if smoke else [v for v in VARIANTS if v != default])
@@ -344,15 +363,18 @@ def plan(smoke: bool) -> dict[str, list[tuple[int, int]]]:
     }
 
 
+def _config(text: str) -> tuple[int, int, int]:
+    engines, workers, *slots = (int(part) for part in text.split("x"))
+    return engines, workers, slots[0] if slots else 8
+
+
 def run(smoke: bool) -> dict[str, Any]:
     n, singles = (20, 3) if smoke else (1000, 30)
     out: dict[str, Any] = {"load_average_start": round(os.getloadavg()[0], 2)}
-    for broker, ((engines, workers), *tried) in plan(smoke).items():
-        figures = asyncio.run(_configuration(broker, engines, workers, n, singles))
-        figures |= {"engines": engines, "workers": workers}
-        variants = {
-            f"e{e}w{w}": asyncio.run(_configuration(broker, e, w, n, singles)) for e, w in tried
-        }
+    for broker, ((engines, workers, slots), *tried) in plan(smoke).items():
+        figures = asyncio.run(_configuration(broker, engines, workers, slots, n, singles))
+        figures |= {"engines": engines, "workers": workers, "slots": slots}
+        variants = {label(*c): asyncio.run(_configuration(broker, *c, n, singles)) for c in tried}
         out[broker] = figures | ({"variants": variants} if variants else {})
     out["load_average_end"] = round(os.getloadavg()[0], 2)
     return out

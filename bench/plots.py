@@ -7,8 +7,8 @@
 - ``scaling.png``: runs/s against task slots (1, 2, 4) for each peer, and Accord's figures at
   slots ``bench_scaling`` measured (``scaling.<backend>.scaling.<slots>``; failing that the
   engine benchmark's, or its 4-slot throughput); with the fleet benchmark, the distributed
-  back-ends as deployed, one engine process and 1–3 worker processes of 4 slots each (so 4, 8
-  and 12 slots in all).
+  back-ends as deployed: the configurations with one engine process, at their task slots in all
+  (worker processes × slots each).
 
 For the distributed back-ends, the hop marks are the fleet benchmark's (engine and worker
 processes apart) when it ran, else the in-process engine benchmark's.
@@ -19,6 +19,7 @@ matplotlib (Agg backend, no display) comes with the ``dev`` extra.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,12 +63,12 @@ def _scaling(results: dict[str, Any]) -> dict[str, list[tuple[int, float]]]:
     for broker in FLEET_BACKENDS:
         fleet = []
         for label, prefix in fleet_configs(results, broker):
-            engines, _, workers = label.split()[0].removeprefix("e").partition("w")
+            config = re.fullmatch(r"e(\d+)w(\d+)(?:s(\d+))?", label.split()[0])
             rate = figure(results, "fleet", f"{prefix}.runs_per_s")
-            if engines == "1" and workers.isdigit() and rate is not None:
-                fleet.append((4 * int(workers), rate))
+            if config and config[1] == "1" and rate is not None:
+                fleet.append((int(config[2]) * int(config[3] or 4), rate))
         if fleet:
-            series[f"accord {broker} fleet (1 engine, 4-slot workers)"] = sorted(fleet)
+            series[f"accord {broker} fleet (1 engine; x: workers × slots)"] = sorted(fleet)
     return series
 
 

@@ -209,13 +209,17 @@ FLEET_COLUMNS = (
 
 def fleet_configs(r: dict[str, Any], broker: str) -> list[tuple[str, str]]:
     """``(label, key prefix)`` of each fleet configuration measured for ``broker``, the default
-    first: the labels read ``e<engines>w<workers>``."""
+    first: the labels read ``e<engines>w<workers>s<task slots per worker>`` (without ``s`` in
+    results from before the slots were a dimension: 4 slots)."""
     figures = r.get("benchmarks", {}).get("fleet", {}).get("figures", {})
     if f"{broker}.runs_per_s" not in figures:
         return []
     engines = figure(r, "fleet", f"{broker}.engines")
     workers = figure(r, "fleet", f"{broker}.workers")
+    slots = figure(r, "fleet", f"{broker}.slots")
     default = f"e{engines:.0f}w{workers:.0f}" if engines and workers else "default"
+    if engines and workers and slots:
+        default += f"s{slots:.0f}"
     found = [(f"{default} (default)", broker)]
     variants = f"{broker}.variants."
     for key in figures:
@@ -227,7 +231,8 @@ def fleet_configs(r: dict[str, Any], broker: str) -> list[tuple[str, str]]:
 
 def fleet_table(r: dict[str, Any]) -> list[str]:
     """The distributed fleet's configurations, one row each (empty when it was not run)."""
-    lines = ["| broker | engines × workers | " + " | ".join(c for c, _ in FLEET_COLUMNS) + " |",
+    head = "| broker | engines × workers × slots | "
+    lines = [head + " | ".join(c for c, _ in FLEET_COLUMNS) + " |",
              "| --- | --- |" + " ---: |" * len(FLEET_COLUMNS)]  # fmt: skip
     for broker in FLEET_BACKENDS:
         for label, prefix in fleet_configs(r, broker):

@@ -178,9 +178,10 @@ FLEET = {
     "bullmq.hop_p50_ms_single_run": 2.0,
     "bullmq.engines": 1,
     "bullmq.workers": 2,
+    "bullmq.slots": 8,
     "bullmq.cpu_ms_per_run": 9.5,
-    "bullmq.variants.e2w2.runs_per_s": 90.0,
-    "bullmq.variants.e2w2.conflicts": 2000,
+    "bullmq.variants.e2w2s8.runs_per_s": 90.0,
+    "bullmq.variants.e2w2s8.conflicts": 2000,
 }
 
 
@@ -196,9 +197,9 @@ def test_redis_rows_take_the_fleet_figures_when_the_fleet_ran() -> None:
 
 def test_fleet_table_lists_the_default_then_the_variants() -> None:
     lines = fleet_table(_results(fleet=FLEET))
-    assert lines[2].startswith("| bullmq | e1w2 (default) | 150.0 |")
+    assert lines[2].startswith("| bullmq | e1w2s8 (default) | 150.0 |")
     assert "| 9.500 |" in lines[2]
-    assert lines[3].startswith("| bullmq | e2w2 | 90.0 |") and lines[3].endswith("| 2,000 |")
+    assert lines[3].startswith("| bullmq | e2w2s8 | 90.0 |") and lines[3].endswith("| 2,000 |")
     assert len(lines) == 4  # no RabbitMQ row without its figures
     assert fleet_table(_results(engine={"bullmq.runs_per_s": 30.0})) == []
     assert "### Distributed fleet" in markdown(_results(fleet=FLEET))
@@ -216,8 +217,8 @@ def test_fleet_configurations_default_first_or_as_asked(monkeypatch: pytest.Monk
     full, smoke = plan(smoke=False), plan(smoke=True)
     assert set(full) == {"bullmq", "rabbitmq"} and all(len(c) == 1 for c in smoke.values())
     assert all(c[0] == smoke[b][0] and c[0] not in c[1:] for b, c in full.items())
-    monkeypatch.setenv("ACCORD_BENCH_FLEET", "rabbitmq:2x3,1x1")
-    assert plan(smoke=True) == {"rabbitmq": [(2, 3), (1, 1)]}
+    monkeypatch.setenv("ACCORD_BENCH_FLEET", "rabbitmq:2x3,1x1x4")
+    assert plan(smoke=True) == {"rabbitmq": [(2, 3, 8), (1, 1, 4)]}
 
 
 class _Recording(MemoryTransport):
@@ -271,7 +272,7 @@ async def test_a_tiny_fleet_reports_every_process(broker: str, engines: int) -> 
     ensure_redis()
     if broker == "rabbitmq":
         ensure_rabbitmq()
-    figures = await _configuration(broker, engines, 1, 6, 2)
+    figures = await _configuration(broker, engines, 1, 4, 6, 2)
     # the second engine's commits are counted; with two engines competing for outcomes a
     # stage's `accepted` may reach one engine after its `succeeded` reached the other, and is
     # then recorded as a late rejection (history, so a transition) or nothing at all
