@@ -18,6 +18,11 @@ them:
 The engine takes a batch's members one by one, exactly as if each had come alone
 (:mod:`accord.engine.intake`). A caller cancelled while its outcome waits drops it from the next
 batch; one already sent stays sent (outcomes are idempotent at the engine).
+
+Batching is left off on a queue that lives in a database the engine's store can share (a
+:class:`~accord.engine.joint.JointQueue`, the embedded queue): there a message is a row written
+in a group commit, not a broker round trip, and an outcome that comes alone is acknowledged by
+the very commit of its event, which a batch would give up (the batch is acknowledged apart).
 """
 
 from __future__ import annotations
@@ -26,16 +31,24 @@ import asyncio
 from collections import deque
 
 from accord.engine.intake import encode_batch
+from accord.engine.joint import JointQueue
 from accord.engine.ports import Transport
 
-__all__ = ["OutcomeBatcher"]
+__all__ = ["OutcomeBatcher", "batching_pays"]
 
 MAX_MEMBERS = 32
 MAX_BYTES = 256 * 1024
 
 
+def batching_pays(transport: Transport) -> bool:
+    """Whether outcomes sent over ``transport`` are worth batching (not on a joint queue)."""
+    return not isinstance(transport, JointQueue)
+
+
 class OutcomeBatcher:
-    """Group commit of outcome publishes to one queue (see the module docstring)."""
+    """Group commit of outcome publishes to one queue (see the module docstring); with
+    ``batch`` false (by default, on a transport where :func:`batching_pays` is false) every
+    outcome goes out alone at once."""
 
     def __init__(
         self,
@@ -44,10 +57,12 @@ class OutcomeBatcher:
         *,
         max_members: int = MAX_MEMBERS,
         max_bytes: int = MAX_BYTES,
+        batch: bool | None = None,
     ) -> None:
         if max_members < 1 or max_bytes < 1:
             raise ValueError("max_members and max_bytes must be >= 1")
         self.transport, self.queue = transport, queue
+        self.batch = batching_pays(transport) if batch is None else batch
         self.max_members, self.max_bytes = max_members, max_bytes
         self._waiting: deque[tuple[str, bytes, asyncio.Future[None]]] = deque()
         self._busy = False  # a message is in flight
@@ -57,6 +72,11 @@ class OutcomeBatcher:
 
     async def publish(self, message_id: str, body: bytes) -> None:
         """Send one outcome; returns once the message carrying it is confirmed."""
+        if not self.batch:
+            await self.transport.publish(self.queue, message_id, body)
+            self.messages += 1
+            self.outcomes += 1
+            return
         if not self._busy:
             self._busy = True
             try:

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accord.adapters import open_transport
 from accord.adapters.transports._base import QueueOptions
 from accord.adapters.transports.memory import MemoryTransport
 from accord.engine.intake import encode_batch, parse_delivery, parse_outcome
 from accord.errors import TransportError
-from accord.worker.batching import OutcomeBatcher
+from accord.worker.batching import OutcomeBatcher, batching_pays
 
 Q = "accord.outcomes"
 
@@ -203,3 +205,22 @@ def test_every_outcome_leaves_exactly_once_in_the_order_it_was_published(
         await t.close()
 
     asyncio.run(scenario())
+
+
+async def test_a_queue_in_a_database_gets_every_outcome_alone(tmp_path: Path) -> None:
+    """The embedded queue (a JointQueue): each outcome is a row, settled by its own commit."""
+    embedded = open_transport(f"sqlite:///{tmp_path / 'q.db'}")
+    assert not batching_pays(embedded) and batching_pays(MemoryTransport())
+    batcher = OutcomeBatcher(embedded, Q)
+    try:
+        await asyncio.gather(*(batcher.publish(*_outcome(i)) for i in range(6)))
+        assert (batcher.messages, batcher.outcomes) == (6, 6)
+        got = []
+        async for delivery in embedded.consume(Q, 10):
+            got.append(delivery.message_id)
+            await embedded.ack(delivery)
+            if len(got) == 6:
+                break
+        assert sorted(got) == sorted(f"job-{i}:accepted" for i in range(6))
+    finally:
+        await embedded.close()
