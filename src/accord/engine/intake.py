@@ -105,13 +105,14 @@ def parse_outcome(body: bytes) -> tuple[Event, dict[str, Any]]:
     return outcome_event(_decode(body))
 
 
-def parse_delivery(body: bytes) -> list[tuple[Any, Event | MalformedOutcome]] | None:
-    """The members of a batch, in order, each decoded envelope with its event (or why it is not
-    an outcome); ``None`` when ``body`` is not a batch (read it with :func:`parse_outcome`).
-    Raises :class:`MalformedOutcome` when the delivery as a whole cannot be read."""
+def parse_delivery(body: bytes) -> tuple[bool, list[tuple[Any, Event | MalformedOutcome]]]:
+    """Whether ``body`` is a batch, and the outcomes it carries in order: each decoded envelope
+    with its event, or, for a batch's member, why it is not an outcome. Raises
+    :class:`MalformedOutcome` when the delivery as a whole cannot be read (a single outcome that
+    is not one, or a batch without members)."""
     doc = _decode(body)
     if not isinstance(doc, dict) or doc.get("messageType") != BATCH_TYPE:
-        return None
+        return False, [(doc, outcome_event(doc)[0])]
     members = doc.get("outcomes")
     if not isinstance(members, list) or not members:
         raise MalformedOutcome("field 'outcomes' of a batch must be a non-empty array")
@@ -123,7 +124,7 @@ def parse_delivery(body: bytes) -> list[tuple[Any, Event | MalformedOutcome]] | 
             parsed.append((member, outcome_event(member)[0]))
         except MalformedOutcome as exc:
             parsed.append((member, MalformedOutcome(f"batch member {i}: {exc}")))
-    return parsed
+    return True, parsed
 
 
 def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
@@ -199,19 +200,19 @@ class Intake:
         quarantine what cannot be; then acknowledge it. One entry per outcome: its event, or
         ``None`` where it was quarantined."""
         try:
-            members = parse_delivery(delivery.body)
-            if members is None:
-                event, _ = parse_outcome(delivery.body)
+            batch, members = parse_delivery(delivery.body)
         except MalformedOutcome as exc:
             await self._quarantine(delivery, str(exc))
             return [None]
-        if members is not None:
+        if batch:
             # each member starts in order, so a run's members reach the engine in order
             events = await asyncio.gather(
                 *(self._member(delivery, i, doc, got) for i, (doc, got) in enumerate(members))
             )
             await self._transport.ack(delivery)
             return list(events)
+        event = members[0][1]
+        assert not isinstance(event, MalformedOutcome)  # a lone outcome that is not one raises
         taken = await self._deliver(event, delivery)
         if taken is None:
             await self._quarantine(delivery, f"no run {event.run_id!r}")

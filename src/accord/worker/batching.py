@@ -28,7 +28,9 @@ the very commit of its event, which a batch would give up (the batch is acknowle
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
+from dataclasses import dataclass, field
 
 from accord.engine.intake import encode_batch
 from accord.engine.joint import JointQueue
@@ -43,6 +45,15 @@ MAX_BYTES = 256 * 1024
 def batching_pays(transport: Transport) -> bool:
     """Whether outcomes sent over ``transport`` are worth batching (not on a joint queue)."""
     return not isinstance(transport, JointQueue)
+
+
+Member = tuple[str, bytes, "asyncio.Future[None]"]  # message id, body, its caller's waiter
+
+
+@dataclass(slots=True)
+class _Group:
+    members: list[Member] = field(default_factory=list)
+    started: bool = False  # its send began (a task cancelled before it runs never does)
 
 
 class OutcomeBatcher:
@@ -64,7 +75,7 @@ class OutcomeBatcher:
         self.transport, self.queue = transport, queue
         self.batch = batching_pays(transport) if batch is None else batch
         self.max_members, self.max_bytes = max_members, max_bytes
-        self._waiting: deque[tuple[str, bytes, asyncio.Future[None]]] = deque()
+        self._waiting: deque[Member] = deque()
         self._busy = False  # a message is in flight
         self._tasks: set[asyncio.Task[None]] = set()
         self.messages = 0  # messages confirmed
@@ -93,45 +104,56 @@ class OutcomeBatcher:
     def _next(self) -> None:
         """After a send: the outcomes that waited for it go next, as one message."""
         group = self._take()
-        if not group:
+        if not group.members:
             self._busy = False
             return
         task = asyncio.get_running_loop().create_task(self._send(group))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(functools.partial(self._ended, group))
 
-    def _take(self) -> list[tuple[str, bytes, asyncio.Future[None]]]:
-        group: list[tuple[str, bytes, asyncio.Future[None]]] = []
-        size = 0
-        while self._waiting and len(group) < self.max_members:
-            message_id, body, waiter = self._waiting[0]
+    def _ended(self, group: _Group, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not group.started:  # cancelled before it ran: nobody sends these, nor what waits
+            for _, _, waiter in group.members:
+                waiter.cancel()
+            self._next()
+
+    def _take(self) -> _Group:
+        group, size = _Group(), 0
+        while self._waiting and len(group.members) < self.max_members:
+            _, body, waiter = self._waiting[0]
             if waiter.done():  # its caller was cancelled: nobody waits for it
                 self._waiting.popleft()
                 continue
-            if group and size + len(body) > self.max_bytes:
+            if group.members and size + len(body) > self.max_bytes:
                 break
-            self._waiting.popleft()
-            group.append((message_id, body, waiter))
+            group.members.append(self._waiting.popleft())
             size += len(body)
         return group
 
-    async def _send(self, group: list[tuple[str, bytes, asyncio.Future[None]]]) -> None:
+    async def _send(self, group: _Group) -> None:
+        group.started = True
+        members = group.members
         try:
-            if len(group) == 1:
-                message_id, body, _ = group[0]
+            if len(members) == 1:
+                message_id, body, _ = members[0]
             else:
-                message_id, body = encode_batch([(m, b) for m, b, _ in group])
+                message_id, body = encode_batch([(m, b) for m, b, _ in members])
             await self.transport.publish(self.queue, message_id, body)
         except BaseException as exc:
-            for _, _, waiter in group:
-                if not waiter.done():
+            for _, _, waiter in members:
+                if waiter.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):  # the loop is closing
+                    waiter.cancel()
+                else:
                     waiter.set_exception(exc)
             if not isinstance(exc, Exception):
                 raise
         else:
             self.messages += 1
-            self.outcomes += len(group)
-            for _, _, waiter in group:
+            self.outcomes += len(members)
+            for _, _, waiter in members:
                 if not waiter.done():
                     waiter.set_result(None)
         finally:

@@ -30,7 +30,7 @@ from accord.engine.events import (
     StageSucceeded,
 )
 from accord.engine.explain import describe_event
-from accord.engine.intake import MalformedOutcome, parse_outcome
+from accord.engine.intake import MalformedOutcome, parse_delivery, parse_outcome
 from accord.engine.outbox import build_commit, control_queue
 from accord.errors import StageFailed as HandlerFailed
 from accord.testing.workers import outcome
@@ -59,6 +59,20 @@ def test_parse_outcome_never_crashes_on_any_json(doc: Any) -> None:
         parse_outcome(json.dumps(doc).encode())
     except MalformedOutcome as exc:
         assert str(exc)
+
+
+@given(json_values | st.lists(json_values, max_size=4).map(lambda m: {"messageType": "batch",
+                                                                    "outcomes": m}))  # fmt: skip
+def test_parse_delivery_never_crashes_and_names_each_bad_member(doc: Any) -> None:
+    try:
+        batch, members = parse_delivery(json.dumps(doc).encode())
+    except MalformedOutcome as exc:
+        assert str(exc)
+        return
+    assert batch == (isinstance(doc, dict) and doc.get("messageType") == "batch")
+    assert len(members) == (len(doc["outcomes"]) if batch else 1)
+    for i, (_, got) in enumerate(members):
+        assert not isinstance(got, MalformedOutcome) or str(got).startswith(f"batch member {i}: ")
 
 
 @given(

@@ -61,8 +61,8 @@ def _carried(sent: list[tuple[str, bytes]]) -> list[list[str]]:
     """The outcome ids each sent message carried, in order."""
     out = []
     for _, body in sent:
-        members = parse_delivery(body)
-        if members is None:
+        batch, members = parse_delivery(body)
+        if not batch:
             out.append([parse_outcome(body)[0].message_id])
         else:
             out.append([doc["messageId"] for doc, _ in members])
@@ -224,3 +224,26 @@ async def test_a_queue_in_a_database_gets_every_outcome_alone(tmp_path: Path) ->
         assert sorted(got) == sorted(f"job-{i}:accepted" for i in range(6))
     finally:
         await embedded.close()
+
+
+@pytest.mark.parametrize("turns", [0, 3])  # cancelled before its send began, or during it
+async def test_a_batch_cancelled_cancels_its_callers(turns: int) -> None:
+    t = Gated()
+    batcher = OutcomeBatcher(t, Q)
+    t.gate.clear()
+    first = asyncio.create_task(batcher.publish(*_outcome(0)))
+    await asyncio.sleep(0)
+    later = [asyncio.create_task(batcher.publish(*_outcome(i))) for i in (1, 2)]
+    await asyncio.sleep(0)
+    first.cancel()  # the lone publish is cancelled: the waiting two go out as a batch
+    await _until(lambda: len(batcher._tasks) == 1)
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    for task in list(batcher._tasks):
+        task.cancel()  # ... and that batch is cancelled (the loop closing)
+    results = await asyncio.gather(first, *later, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    t.gate.set()
+    await batcher.publish(*_outcome(9))  # the batcher is usable again
+    assert _carried(t.sent) == [["job-9:accepted"]]
+    await t.close()
