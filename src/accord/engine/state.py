@@ -59,10 +59,15 @@ def evolve(record: _R, **changes: Any) -> _R:
     state.update(record.__dict__)
     state.update(changes)
     state.pop(_TEXT, None)  # the kept canonical text describes the record it was made from
+    state.pop(_DOC, None)  # and so does the kept JSON document
     return new
 
 
 _TEXT = "_canonical_text"
+_DOC = "_canonical_doc"
+# a run's context and contracts with their canonical texts, reused while the record (and every
+# record evolved from it) holds the very same objects: they never change during a run
+_KEPT = "_canonical_kept"
 
 
 def _names(cls: type) -> tuple[str, ...]:
@@ -126,6 +131,13 @@ class StageState:
             text = self.__dict__[_TEXT] = _text(self.to_json())
         return text
 
+    def kept_json(self) -> JsonDict:
+        """:meth:`to_json`, computed once per record and shared by every caller: read-only."""
+        doc: JsonDict | None = self.__dict__.get(_DOC)
+        if doc is None:
+            doc = self.__dict__[_DOC] = self.to_json()
+        return doc
+
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> StageState:
         data = dict(doc)
@@ -188,19 +200,42 @@ class RunState:
         return self._text_of(self._top())
 
     def _text_of(self, top: JsonDict) -> str:
-        before = _text({k: v for k, v in top.items() if k < "stages"})
-        after = _text({k: v for k, v in top.items() if k > "stages"})
+        context, contracts = self._kept_texts()
+        head = _text({k: v for k, v in top.items() if k < "context"})
+        middle = _text({k: v for k, v in top.items() if "contracts" < k < "stages"})
+        tail = _text({k: v for k, v in top.items() if k > "stages"})
         stages = ",".join(
             f"{_key(name)}:{self.stages[name].canonical_text()}" for name in sorted(self.stages)
         )
-        parts = [p for p in (before[1:-1], f'"stages":{{{stages}}}', after[1:-1]) if p]
-        return "{" + ",".join(parts) + "}"
+        parts = (
+            head[1:-1],
+            f'"context":{context}',
+            f'"contracts":{contracts}',
+            middle[1:-1],
+            f'"stages":{{{stages}}}',
+            tail[1:-1],
+        )
+        return "{" + ",".join(p for p in parts if p) + "}"
+
+    def _kept_texts(self) -> tuple[str, str]:
+        """The canonical texts of ``context`` and ``contracts``, encoded once per run: a record
+        evolved from this one shares the objects, and with them these texts."""
+        kept = self.__dict__.get(_KEPT)
+        if kept is None or kept[0] is not self.context or kept[1] is not self.contracts:
+            kept = self.__dict__[_KEPT] = (
+                self.context,
+                self.contracts,
+                _text(dict(self.context)),
+                _text(dict(self.contracts)),
+            )
+        return kept[2], kept[3]
 
     def encoded(self) -> EncodedDoc:
-        """:meth:`to_json` with :meth:`canonical_text` attached."""
+        """:meth:`to_json` with :meth:`canonical_text` attached (its stage documents are the
+        stages' kept ones: read-only, as every record's parts are)."""
         top = self._top()
         text = self._text_of(top)
-        top["stages"] = {name: s.to_json() for name, s in self.stages.items()}
+        top["stages"] = {name: s.kept_json() for name, s in self.stages.items()}
         return EncodedDoc(top, text)
 
     @classmethod
@@ -240,3 +275,6 @@ class HistoryEntry:
 _ATTEMPT_FIELDS = _names(AttemptState)
 _STAGE_FIELDS = _names(StageState)
 _RUN_FIELDS = _names(RunState)
+# RunState._text_of puts the kept texts between the fields sorting before "context" and after
+# "contracts": no other field may sort between them
+assert [n for n in sorted(_RUN_FIELDS) if "context" <= n <= "contracts"] == ["context", "contracts"]

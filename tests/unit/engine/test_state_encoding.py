@@ -56,3 +56,18 @@ def test_evolve_drops_the_kept_text_of_the_record_it_copies() -> None:
     reloaded = RunState.from_json(json.loads(sim.state.canonical_text()))
     assert reloaded == sim.state and reloaded.canonical_text() == sim.state.canonical_text()
     assert name in reloaded.stages
+
+
+def test_context_text_is_encoded_once_per_run_and_again_only_for_a_new_context() -> None:
+    sim = Sim(BUILT[sorted(PLANS)[0]], seed=3)
+    sim.start(modelId="m-1", big={f"k{i}": "v" * 20 for i in range(200)})
+    run = sim.state
+    _check(run)
+    later = evolve(run, seq=run.seq + 1)
+    kept = run.__dict__["_canonical_kept"]
+    _check(later)
+    assert later.__dict__["_canonical_kept"] is kept  # shared, not encoded again
+    changed = evolve(run, context={"modelId": "m-2"})  # a new object: encoded afresh
+    _check(changed)
+    assert changed.__dict__["_canonical_kept"] is not kept
+    assert '"context":{"modelId":"m-2"}' in changed.canonical_text()
