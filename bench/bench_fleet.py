@@ -21,6 +21,8 @@ Figures per configuration (``e<engines>w<workers>s<slots per worker>``):
   same with one run in flight; ``single_run_p50_ms``: one run at a time, start to terminal.
   Workers stamp with ``time.perf_counter`` (``CLOCK_MONOTONIC``, one clock machine-wide) and
   hand their stamps back when they stop;
+- ``outcomes_per_message``: outcomes the workers sent per broker message that carried them in
+  that phase (outcomes ready at once leave as one batch: :mod:`accord.worker.batching`);
 - ``cpu_ms_per_run``: CPU of every fleet process over the throughput phase (this process's own,
   the others' ``utime + stime`` from ``/proc/<pid>/stat``), per run, split into
   ``engine_cpu_ms_per_run`` and ``workers_cpu_ms_per_run``; ``redis_cpu_ms_per_run`` (``INFO
@@ -66,6 +68,8 @@ from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
 DEFAULT = {"bullmq": (1, 1, 8), "rabbitmq": (1, 1, 8)}
 VARIANTS = ((1, 1, 4), (1, 2, 8), (2, 1, 8))
 TICK = os.sysconf("SC_CLK_TCK")
+# what each kind of fleet process answers SIGUSR1 with
+COUNTERS = {"engine": ("transitions", "conflicts"), "worker": ("outcomes", "outcome_messages")}
 
 
 def stat_cpu_s(stat: str) -> float:
@@ -125,7 +129,8 @@ class _Child:
                 self.stats.put_nowait((int(rest[0]), int(rest[1])))
 
     async def counters(self) -> tuple[int, int]:
-        """(transitions, conflicts) of an engine process, now."""
+        """(transitions, conflicts) of an engine process, (outcomes, messages) of a worker's,
+        now."""
         self.proc.send_signal(signal.SIGUSR1)
         return await asyncio.wait_for(self.stats.get(), 10)
 
@@ -242,11 +247,12 @@ async def _warm_up(engine: Engine, tracker: _Tracker, workers: list[_Child], slo
 async def _snapshot(engine: Engine, children: list[_Child], beam: int | None) -> dict[str, float]:
     """CPU seconds of every fleet process (and of the servers) and the engines' counters, now."""
     snap = {"transitions": float(engine.transitions), "conflicts": float(engine.conflicts)}
+    snap |= {"outcomes": 0.0, "outcome_messages": 0.0}
     for child in children:
-        if child.role == "engine":
-            transitions, conflicts = await child.counters()
-            snap["transitions"] += transitions
-            snap["conflicts"] += conflicts
+        first, second = await child.counters()
+        one, two = COUNTERS[child.role]
+        snap[one] += first
+        snap[two] += second
     snap["engine"] = time.process_time()
     for child in children:
         snap[child.role] = snap.get(child.role, 0.0) + _proc_cpu_s(child.proc.pid)
@@ -289,6 +295,8 @@ async def _phases(
         "cpu_ms_per_run": round(fleet_cpu * 1000 / n, 3),
         "engine_cpu_ms_per_run": round(used["engine"] * 1000 / n, 3),
         "workers_cpu_ms_per_run": round(used.get("worker", 0.0) * 1000 / n, 3),
+        # how many outcomes a broker message carried (accord.worker.batching)
+        "outcomes_per_message": round(used["outcomes"] / max(used["outcome_messages"], 1), 2),
     }
     for server in ("redis", "rabbitmq"):
         if server in used:

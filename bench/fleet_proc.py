@@ -4,7 +4,9 @@
 :func:`~accord.testing.workers.run_noop_worker`; it prints ``ready`` once it consumes and
 ``warm`` when it receives its first job. Each job's receipt ("start") and answer ("end") are
 stamped with :func:`time.perf_counter` (``CLOCK_MONOTONIC``: one clock for every process on the
-machine), kept in memory and written to ``OUT`` as JSON when SIGTERM stops the worker.
+machine), kept in memory and written to ``OUT`` as JSON when SIGTERM stops the worker. On
+SIGUSR1 it prints ``stats OUTCOMES MESSAGES``: the outcomes it has sent and the broker messages
+that carried them (:class:`~accord.worker.batching.OutcomeBatcher`).
 
 ``engine STORE_URL TRANSPORT_URL OUT`` runs one more engine process (the plan is already in the
 store); it prints ``ready`` once started, ``done RUN_ID T`` for every run whose terminal
@@ -27,9 +29,11 @@ from typing import Any
 
 from accord.adapters import open_transport
 from accord.adapters.clock import SystemClock
+from accord.engine.intake import OUTCOMES_QUEUE
 from accord.engine.orchestrator import Delivered, Engine
 from accord.testing.plans import QUEUES
 from accord.testing.workers import run_noop_worker
+from accord.worker.batching import OutcomeBatcher
 
 _watchers: set[asyncio.Task[None]] = set()
 
@@ -71,9 +75,19 @@ async def worker(transport_url: str, out: Path, worker_id: str, slots: int) -> N
 
     stop = asyncio.Event()
     _stop_on(stop)
+    answers = OutcomeBatcher(transport, OUTCOMES_QUEUE)
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGUSR1, lambda: _say(f"stats {answers.outcomes} {answers.messages}")
+    )
     serving = asyncio.get_running_loop().create_task(
         run_noop_worker(
-            transport, QUEUES, worker_id=worker_id, task_slots=slots, stop=stop, observe=observe
+            transport,
+            QUEUES,
+            worker_id=worker_id,
+            task_slots=slots,
+            stop=stop,
+            observe=observe,
+            answers=answers,
         )
     )
     await asyncio.sleep(0.05)  # the consumers subscribe

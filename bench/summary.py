@@ -204,6 +204,7 @@ FLEET_COLUMNS = (
     ("Redis", "redis_cpu_ms_per_run"),
     ("RabbitMQ", "rabbitmq_cpu_ms_per_run"),
     ("conflicts", "conflicts"),
+    ("outcomes/message", "outcomes_per_message"),
 )
 
 
@@ -304,6 +305,8 @@ def markdown(r: dict[str, Any]) -> str:
             "`CPU ms/run (fleet)` is every engine and worker process's (`engine` + `workers`);"
             " `Redis` and `RabbitMQ` are the servers' over the same window (anything else using"
             " them meanwhile included). `conflicts`: commits lost to another engine process."
+            " `outcomes/message`: outcomes per broker message that carried them (a worker's"
+            " outcomes that are ready at once leave as one)."
             " Hops without `(1 run)` are measured during the throughput phase.",
             "",
         ]

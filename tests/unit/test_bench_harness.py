@@ -182,6 +182,7 @@ FLEET = {
     "bullmq.cpu_ms_per_run": 9.5,
     "bullmq.variants.e2w2s8.runs_per_s": 90.0,
     "bullmq.variants.e2w2s8.conflicts": 2000,
+    "bullmq.variants.e2w2s8.outcomes_per_message": 2.5,
 }
 
 
@@ -199,7 +200,8 @@ def test_fleet_table_lists_the_default_then_the_variants() -> None:
     lines = fleet_table(_results(fleet=FLEET))
     assert lines[2].startswith("| bullmq | e1w2s8 (default) | 150.0 |")
     assert "| 9.500 |" in lines[2]
-    assert lines[3].startswith("| bullmq | e2w2s8 | 90.0 |") and lines[3].endswith("| 2,000 |")
+    assert lines[3].startswith("| bullmq | e2w2s8 | 90.0 |")
+    assert lines[3].endswith("| 2,000 | 2.500 |")
     assert len(lines) == 4  # no RabbitMQ row without its figures
     assert fleet_table(_results(engine={"bullmq.runs_per_s": 30.0})) == []
     assert "### Distributed fleet" in markdown(_results(fleet=FLEET))
@@ -282,5 +284,6 @@ async def test_a_tiny_fleet_reports_every_process(broker: str, engines: int) -> 
     assert all(math.isfinite(figures[k]) for k in ("hop_p50_ms", "hop_p50_ms_single_run"))
     assert figures["hop_p50_ms"] > 0 and figures["conflicts"] >= 0
     assert figures["cpu_ms_per_run"] >= figures["engine_cpu_ms_per_run"] > 0
+    assert figures["outcomes_per_message"] >= 1  # counted in the worker process
     assert ("rabbitmq_cpu_ms_per_run" in figures) == (broker == "rabbitmq")
     assert "redis_cpu_ms_per_run" in figures

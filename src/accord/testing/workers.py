@@ -70,8 +70,10 @@ async def run_noop_worker(
     task_slots: int = 4,
     stop: asyncio.Event | None = None,
     observe: Observer | None = None,
+    answers: OutcomeBatcher | None = None,
 ) -> None:
-    """Serve ``queues`` until ``stop`` is set (or the task is cancelled)."""
+    """Serve ``queues`` until ``stop`` is set (or the task is cancelled); outcomes go through
+    ``answers`` when given (its counters then tell how many messages carried them)."""
     stop = stop or asyncio.Event()
     slots = asyncio.Semaphore(task_slots)
     running: set[asyncio.Task[None]] = set()
@@ -79,7 +81,8 @@ async def run_noop_worker(
     settle: Callable[[str, str, bytes, Delivery], Awaitable[None]] | None = getattr(
         transport, "publish_and_ack", None
     )
-    answers = OutcomeBatcher(transport, outcomes_queue)  # outcomes ready at once: one message
+    # outcomes ready at once: one message
+    answers = answers or OutcomeBatcher(transport, outcomes_queue)
 
     async def serve(delivery: Delivery) -> None:
         try:
