@@ -174,6 +174,8 @@ def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
 
 
 def _text(doc: Any) -> bytes:
+    """A batch member as quarantined: any decoded JSON (``canonical_json`` refuses NaN, which
+    ``json.loads`` lets through, and a record must never fail to be written)."""
     return json.dumps(doc, ensure_ascii=False).encode()
 
 

@@ -83,23 +83,19 @@ class OutcomeBatcher:
 
     async def publish(self, message_id: str, body: bytes) -> None:
         """Send one outcome; returns once the message carrying it is confirmed."""
-        if not self.batch:
+        if self.batch and self._busy:  # wait for the send in flight, then go with the others
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiting.append((message_id, body, waiter))
+            await waiter
+            return
+        self._busy = self.batch  # alone, now, in the caller's own task
+        try:
             await self.transport.publish(self.queue, message_id, body)
             self.messages += 1
             self.outcomes += 1
-            return
-        if not self._busy:
-            self._busy = True
-            try:
-                await self.transport.publish(self.queue, message_id, body)
-                self.messages += 1
-                self.outcomes += 1
-            finally:
+        finally:
+            if self.batch:
                 self._next()
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((message_id, body, waiter))
-        await waiter
 
     def _next(self) -> None:
         """After a send: the outcomes that waited for it go next, as one message."""
