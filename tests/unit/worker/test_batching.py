@@ -69,6 +69,21 @@ def _carried(sent: list[tuple[str, bytes]]) -> list[list[str]]:
     return out
 
 
+Task = asyncio.Task[None]
+
+
+async def _behind_one(
+    t: Gated, batcher: OutcomeBatcher, outcomes: list[tuple[str, bytes]]
+) -> tuple[Task, list[Task]]:
+    """``job-0`` published with its confirm held back, then ``outcomes`` published behind it."""
+    t.gate.clear()
+    first = asyncio.create_task(batcher.publish(*_outcome(0)))
+    await asyncio.sleep(0)
+    later = [asyncio.create_task(batcher.publish(*o)) for o in outcomes]
+    await asyncio.sleep(0)
+    return first, later
+
+
 async def _until(condition: Any) -> None:
     async with asyncio.timeout(2):
         while not condition():
@@ -88,10 +103,7 @@ async def test_an_outcome_alone_goes_out_unchanged() -> None:
 async def test_outcomes_made_while_one_is_in_flight_leave_as_one_batch() -> None:
     t = Gated()
     batcher = OutcomeBatcher(t, Q)
-    t.gate.clear()  # the first publish's confirm is pending
-    first = asyncio.create_task(batcher.publish(*_outcome(0)))
-    await asyncio.sleep(0)
-    later = [asyncio.create_task(batcher.publish(*_outcome(i))) for i in range(1, 6)]
+    first, later = await _behind_one(t, batcher, [_outcome(i) for i in range(1, 6)])
     await asyncio.sleep(0.01)
     assert not any(task.done() for task in [first, *later])  # nobody returns before its confirm
     t.gate.set()
@@ -107,12 +119,8 @@ async def test_outcomes_made_while_one_is_in_flight_leave_as_one_batch() -> None
 async def test_a_batch_is_bounded_by_members_and_bytes() -> None:
     t = Gated()
     batcher = OutcomeBatcher(t, Q, max_members=2, max_bytes=600)
-    t.gate.clear()
-    first = asyncio.create_task(batcher.publish(*_outcome(0)))
-    await asyncio.sleep(0)
     sizes = [0, 0, 0, 900, 0]  # the fourth is larger than max_bytes: it goes alone
-    later = [asyncio.create_task(batcher.publish(*_outcome(i + 1, s))) for i, s in enumerate(sizes)]
-    await asyncio.sleep(0)
+    first, later = await _behind_one(t, batcher, [_outcome(i + 1, s) for i, s in enumerate(sizes)])
     t.gate.set()
     await asyncio.gather(first, *later)
     assert _carried(t.sent) == [
@@ -128,11 +136,7 @@ async def test_a_batch_is_bounded_by_members_and_bytes() -> None:
 async def test_a_failed_publish_fails_every_outcome_it_carried_and_the_next_goes_on() -> None:
     t = Gated()
     batcher = OutcomeBatcher(t, Q)
-    t.gate.clear()
-    first = asyncio.create_task(batcher.publish(*_outcome(0)))
-    await asyncio.sleep(0)
-    later = [asyncio.create_task(batcher.publish(*_outcome(i))) for i in (1, 2, 3)]
-    await asyncio.sleep(0)
+    first, later = await _behind_one(t, batcher, [_outcome(i) for i in (1, 2, 3)])
     t.fail = TransportError("no confirm", retryable=True)
     t.gate.set()
     results = await asyncio.gather(first, *later, return_exceptions=True)
@@ -146,12 +150,7 @@ async def test_a_failed_publish_fails_every_outcome_it_carried_and_the_next_goes
 async def test_a_cancelled_caller_drops_its_waiting_outcome() -> None:
     t = Gated()
     batcher = OutcomeBatcher(t, Q)
-    t.gate.clear()
-    first = asyncio.create_task(batcher.publish(*_outcome(0)))
-    await asyncio.sleep(0)
-    gone = asyncio.create_task(batcher.publish(*_outcome(1)))
-    kept = asyncio.create_task(batcher.publish(*_outcome(2)))
-    await asyncio.sleep(0)
+    first, (gone, kept) = await _behind_one(t, batcher, [_outcome(1), _outcome(2)])
     gone.cancel()
     t.gate.set()
     await asyncio.gather(first, kept)
@@ -230,11 +229,7 @@ async def test_a_queue_in_a_database_gets_every_outcome_alone(tmp_path: Path) ->
 async def test_a_batch_cancelled_cancels_its_callers(turns: int) -> None:
     t = Gated()
     batcher = OutcomeBatcher(t, Q)
-    t.gate.clear()
-    first = asyncio.create_task(batcher.publish(*_outcome(0)))
-    await asyncio.sleep(0)
-    later = [asyncio.create_task(batcher.publish(*_outcome(i))) for i in (1, 2)]
-    await asyncio.sleep(0)
+    first, later = await _behind_one(t, batcher, [_outcome(1), _outcome(2)])
     first.cancel()  # the lone publish is cancelled: the waiting two go out as a batch
     await _until(lambda: len(batcher._tasks) == 1)
     for _ in range(turns):
