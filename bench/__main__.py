@@ -26,6 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from accord.loop import chosen
 from bench import plots, summary
 
 HERE = Path(__file__).resolve().parent
@@ -91,6 +92,7 @@ def _machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "processor": platform.processor() or platform.machine(),
+        "loop": chosen(),  # the event loop Accord's processes ran on (ACCORD_LOOP)
         "load_start": _load(),
     }
 
@@ -109,7 +111,8 @@ def _markdown(results: dict[str, Any]) -> str:
     lines = ["# Benchmark results", ""]
     m = results["machine"]
     lines.append(
-        f"Machine: {m['cpus']} CPUs, {m['processor']}, Python {m['python']}, {m['platform']}. "
+        f"Machine: {m['cpus']} CPUs, {m['processor']}, Python {m['python']}, {m['platform']}; "
+        f"event loop {m.get('loop', 'asyncio')}. "
         f"Mode: {'smoke' if results['smoke'] else 'full'}; repetitions: {results['repeat']}."
     )
     for name, body in results["benchmarks"].items():

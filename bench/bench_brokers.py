@@ -33,6 +33,7 @@ import redis
 
 from accord.adapters import open_transport
 from accord.engine.ports import Transport
+from accord.loop import run as run_loop
 
 REDIS_DB = 15
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
@@ -209,7 +210,7 @@ async def _rabbitmq(smoke: bool) -> dict[str, Any]:
 
 
 def run(smoke: bool) -> dict[str, Any]:
-    return {"bullmq": asyncio.run(_bullmq(smoke)), "rabbitmq": asyncio.run(_rabbitmq(smoke))}
+    return {"bullmq": run_loop(_bullmq(smoke)), "rabbitmq": run_loop(_rabbitmq(smoke))}
 
 
 if __name__ == "__main__":

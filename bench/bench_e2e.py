@@ -35,6 +35,7 @@ from accord.contracts.catalog import Catalog
 from accord.contracts.fixture_values import message_of
 from accord.contracts.sources import load_catalog
 from accord.engine.orchestrator import Delivered
+from accord.loop import run as run_loop
 from accord.worker import Context, Worker
 from accord.worker.fleet import ingest_stack, wait_terminal
 from accord.worker.storage import ObjectStorage, StorageMap
@@ -162,6 +163,6 @@ async def _measure(smoke: bool, tmp: Path) -> dict[str, Any]:
 def run(smoke: bool) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="accord-bench-e2e-"))
     try:
-        return asyncio.run(_measure(smoke, tmp))
+        return run_loop(_measure(smoke, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -46,6 +46,7 @@ from typing import Any
 from accord.adapters.clock import SystemClock
 from accord.engine.events import StageAccepted, StageSucceeded
 from accord.engine.orchestrator import Delivered, Engine
+from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import run_noop_worker
 from bench.engine_distributed import fresh_rss_mib, keyspace
@@ -275,13 +276,13 @@ def run(smoke: bool) -> dict[str, Any]:
             workdir = Path(tmp) / backend
             workdir.mkdir()
             url = "memory://" if backend == "memory" else f"sqlite:///{workdir / 'bench.db'}"
-            out[backend] = asyncio.run(_measure(url, url, n, singles))
+            out[backend] = run_loop(_measure(url, url, n, singles))
             url = "memory://" if backend == "memory" else f"sqlite:///{workdir / 'direct.db'}"
-            out[backend]["direct"] = asyncio.run(_direct(url, n))
+            out[backend]["direct"] = run_loop(_direct(url, n))
         out["sqlite"]["rss_mib_in_process"] = out["sqlite"]["rss_mib"]
         out["sqlite"]["rss_mib"] = fresh_rss_mib(n)
         for broker in ("bullmq", "rabbitmq"):
-            out[broker] = asyncio.run(_distributed(broker, 10 if smoke else n, singles))
+            out[broker] = run_loop(_distributed(broker, 10 if smoke else n, singles))
         out["raw_sqlite_tx_per_s"] = round(_raw_sqlite(Path(tmp) / "raw.db", n * 9), 1)
         profiled = Path(tmp) / "profiled"
         profiled.mkdir()

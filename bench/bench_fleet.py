@@ -57,6 +57,7 @@ import redis
 
 from accord.adapters.clock import SystemClock
 from accord.engine.orchestrator import Engine
+from accord.loop import run as run_loop
 from bench.bench_engine import PLAN, _pct, _Tracker
 from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
 
@@ -380,9 +381,9 @@ def run(smoke: bool) -> dict[str, Any]:
     n, singles = (20, 3) if smoke else (1000, 30)
     out: dict[str, Any] = {"load_average_start": round(os.getloadavg()[0], 2)}
     for broker, ((engines, workers, slots), *tried) in plan(smoke).items():
-        figures = asyncio.run(_configuration(broker, engines, workers, slots, n, singles))
+        figures = run_loop(_configuration(broker, engines, workers, slots, n, singles))
         figures |= {"engines": engines, "workers": workers, "slots": slots}
-        variants = {label(*c): asyncio.run(_configuration(broker, *c, n, singles)) for c in tried}
+        variants = {label(*c): run_loop(_configuration(broker, *c, n, singles)) for c in tried}
         out[broker] = figures | ({"variants": variants} if variants else {})
     out["load_average_end"] = round(os.getloadavg()[0], 2)
     return out

@@ -30,6 +30,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from accord.adapters import open_transport
+from accord.loop import run as run_loop
 
 URL = "redis://127.0.0.1:6379/15"
 TASKS = 32
@@ -131,13 +132,13 @@ async def embedded_queue(path: Path, n: int) -> float:
 
 def run(smoke: bool) -> dict[str, Any]:
     calls, tx, msgs = (200, 200, 200) if smoke else (5000, 3000, 3000)
-    out: dict[str, Any] = {"redis_cas": asyncio.run(_redis(calls)), "sqlite_tx": {}}
+    out: dict[str, Any] = {"redis_cas": run_loop(_redis(calls)), "sqlite_tx": {}}
     with tempfile.TemporaryDirectory(prefix="accord-limits-") as tmp:
         for sync in ("NORMAL", "FULL"):
             out["sqlite_tx"][sync] = round(sqlite_tx(Path(tmp) / f"tx-{sync}.db", sync, tx))
         out["queue"] = {
             "raw_sqlite": round(raw_queue(Path(tmp) / "raw-queue.db", msgs)),
-            "embedded": round(asyncio.run(embedded_queue(Path(tmp) / "queue.db", msgs))),
+            "embedded": round(run_loop(embedded_queue(Path(tmp) / "queue.db", msgs))),
         }
     return out
 

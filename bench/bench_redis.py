@@ -32,6 +32,7 @@ import redis.asyncio as aioredis
 
 from accord.adapters.stores.redis import RedisStore
 from accord.engine.ports import Commit, OutboxEntry, Timer
+from accord.loop import run as run_loop
 
 URL = "redis://127.0.0.1:6379/15"
 RUNS = 32
@@ -154,7 +155,7 @@ async def _run(smoke: bool) -> dict[str, Any]:
 
 
 def run(smoke: bool) -> dict[str, Any]:
-    return asyncio.run(_run(smoke))
+    return run_loop(_run(smoke))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from typing import Any
 
 from accord.adapters.clock import SystemClock
 from accord.engine.orchestrator import Delivered, Engine
+from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import run_noop_worker
 
@@ -69,7 +70,7 @@ def run(smoke: bool) -> dict[str, Any]:
             rates = {}
             for slots in slot_counts:
                 url = "memory://" if backend == "memory" else f"sqlite:///{tmp}/s{slots}.db"
-                rates[str(slots)] = round(asyncio.run(_rate(url, slots, n)), 1)
+                rates[str(slots)] = round(run_loop(_rate(url, slots, n)), 1)
             out[backend] = {"scaling": rates}
     return out
 

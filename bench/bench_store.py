@@ -27,6 +27,7 @@ from typing import Any
 from accord.adapters import open_store, open_transport
 from accord.adapters.stores.sqlite import SCHEMA
 from accord.engine.ports import Commit, OutboxEntry, Store, Timer
+from accord.loop import run as run_loop
 
 CONCURRENT_RUNS = 32
 STATE = {"stages": {f"s{n}": {"status": "running", "attempt": 1} for n in range(8)}}
@@ -133,7 +134,7 @@ async def _run(smoke: bool, tmp: Path) -> dict[str, Any]:
 
 def run(smoke: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="accord-bench-") as tmp:
-        return asyncio.run(_run(smoke, Path(tmp)))
+        return run_loop(_run(smoke, Path(tmp)))
 
 
 if __name__ == "__main__":

@@ -105,13 +105,14 @@ async def keyspace(broker: str, declared: set[str]) -> AsyncIterator[tuple[str, 
 
 
 _RSS_SCRIPT = """
-import asyncio, resource, sys, tempfile
+import resource, sys, tempfile
 from pathlib import Path
+from accord.loop import run as run_loop
 from bench.bench_engine import _measure
 n = int(sys.argv[1])
 with tempfile.TemporaryDirectory(prefix="accord-bench-rss-") as tmp:
     url = f"sqlite:///{Path(tmp) / 'bench.db'}"
-    asyncio.run(_measure(url, url, n, 1))
+    run_loop(_measure(url, url, n, 1))
 # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of a large parent would
 # report the parent's peak; VmHWM belongs to this image alone
 status = Path("/proc/self/status").read_text().splitlines()

@@ -31,6 +31,7 @@ from accord.adapters import open_transport
 from accord.adapters.clock import SystemClock
 from accord.engine.intake import OUTCOMES_QUEUE
 from accord.engine.orchestrator import Delivered, Engine
+from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES
 from accord.testing.workers import run_noop_worker
 from accord.worker.batching import OutcomeBatcher
@@ -132,10 +133,10 @@ def main(argv: list[str]) -> None:
     role, *args = argv
     if role == "worker":
         url, out, worker_id, slots = args
-        asyncio.run(worker(url, Path(out), worker_id, int(slots)))
+        run_loop(worker(url, Path(out), worker_id, int(slots)))
     elif role == "engine":
         store_url, transport_url, out = args
-        asyncio.run(engine(store_url, transport_url, Path(out)))
+        run_loop(engine(store_url, transport_url, Path(out)))
     else:
         raise SystemExit(f"unknown role {role!r}: worker or engine")
 

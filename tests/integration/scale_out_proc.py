@@ -23,6 +23,7 @@ from pathlib import Path
 from scale_out_support import FaultyTransport, noop_actions, noop_worker
 
 from accord.adapters import open_transport
+from accord.loop import run as run_loop
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.runtime import Runtime
 from accord.workflow.plan import Plan
@@ -79,4 +80,5 @@ async def worker_main(  # noqa: PLR0917
 
 if __name__ == "__main__":
     role, args = sys.argv[1], sys.argv[2:]
-    asyncio.run(engine_main(*args) if role == "engine" else worker_main(*args))
+    # the loop `accord engine run` and `accord worker run` pick (uvloop where installed)
+    run_loop(engine_main(*args) if role == "engine" else worker_main(*args))

@@ -100,7 +100,8 @@ async def assert_path(engine: Engine, run_id: str, *, hit: bool) -> None:
     assert ("render-thumbnail" in dispatched) is not hit
 
 
-def test_worker_command_serves_jobs_from_another_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])
+def test_worker_command_serves_jobs_from_another_process(tmp_path: Path, loop: str) -> None:
     module = tmp_path / "tiny_worker.py"
     module.write_text(
         "from accord.worker import Worker\n"
@@ -112,7 +113,8 @@ def test_worker_command_serves_jobs_from_another_process(tmp_path: Path) -> None
     url = f"sqlite:///{tmp_path / 'q.db'}"
     env = os.environ | {"PYTHONPATH": str(tmp_path)}
     cmd = [str(Path(sys.executable).parent / "accord"), "worker", "run", "tiny_worker:worker",
-           "--transport", url, "--store", url, "--state", str(tmp_path / "w")]  # fmt: skip
+           "--transport", url, "--store", url, "--state", str(tmp_path / "w"),
+           "--loop", loop]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         asyncio.run(_one_job(url, tmp_path))
@@ -121,6 +123,7 @@ def test_worker_command_serves_jobs_from_another_process(tmp_path: Path) -> None
         out, _ = proc.communicate(timeout=20)
     assert proc.returncode == 0, out
     assert "serving cache.lookup@1 on tiny" in out and "stopped after 1 jobs" in out
+    assert f"({'uvloop' if loop == 'auto' else 'asyncio'} loop)" in out
 
 
 async def _one_job(url: str, tmp_path: Path) -> None:

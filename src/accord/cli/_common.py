@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
-from typing import Any, NoReturn
+from collections.abc import Coroutine, Iterable
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from accord.errors import Diagnostic
+from accord.loop import LoopUnavailable, chosen
+from accord.loop import run as run_on_loop
+
+T = TypeVar("T")
+LoopOpt = Annotated[
+    str,
+    typer.Option(
+        "--loop",
+        envvar="ACCORD_LOOP",
+        help="Event loop: auto (uvloop if installed), uvloop, asyncio.",
+    ),
+]
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -38,3 +50,17 @@ def refuse(message: str, code: int = EXIT_REFUSED) -> NoReturn:
 
 def usage(message: str) -> NoReturn:
     refuse(message, EXIT_USAGE)
+
+
+def pick_loop(loop: str) -> str:
+    """The event loop ``loop`` comes to (``uvloop`` or ``asyncio``, :mod:`accord.loop`); one that
+    cannot be had here is a usage error, before anything starts."""
+    try:
+        return chosen(loop)
+    except LoopUnavailable as exc:
+        usage(str(exc))
+
+
+def run_async(main: Coroutine[Any, Any, T], loop: str) -> T:
+    """Run ``main`` on the event loop :func:`pick_loop` picked."""
+    return run_on_loop(main, loop)

@@ -17,7 +17,6 @@ Every step uses the same code paths as the other commands; a refusal stops with 
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import re
 import sys
@@ -27,7 +26,16 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, console, emit_json, print_diagnostics
+from accord.cli._common import (
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    LoopOpt,
+    console,
+    emit_json,
+    pick_loop,
+    print_diagnostics,
+    run_async,
+)
 from accord.cli._registry import Workspace, workspace
 from accord.contracts import compat
 from accord.contracts.model import MessageContract
@@ -118,12 +126,14 @@ def demo(
     transport: Annotated[
         str | None, typer.Option("--transport", help="Transport URL (bullmq://…, amqp://…).")
     ] = None,
+    loop: LoopOpt = "auto",
 ) -> None:
     """Contracts, then the model-ingest workflow over real models, live; run again to hit the
     cache."""
     if (store is None) != (transport is None):
         console.print("[red]demo stopped:[/red] --store and --transport go together")
         raise typer.Exit(EXIT_USAGE)
+    chosen_loop = pick_loop(loop)
     ws = workspace()
     folder = models or ws.root / "examples" / "models"
     found: list[tuple[str, Path]] = []
@@ -149,7 +159,7 @@ def demo(
     from accord.cli._demo_run import run_demo  # noqa: PLC0415 - engine and workers load here
 
     try:
-        rows = asyncio.run(
+        rows = run_async(
             run_demo(
                 ws,
                 found,
@@ -158,7 +168,8 @@ def demo(
                 quiet=json_out,
                 store=store,
                 transport=transport,
-            )
+            ),
+            chosen_loop,
         )
     except AccordError as exc:
         print_diagnostics(getattr(exc, "diagnostics", ()))

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from accord.cli._common import console, emit_json
+from accord.cli._common import LoopOpt, console, emit_json, pick_loop, run_async
 from accord.engine.orchestrator import Engine
 
 app = typer.Typer(help="Run the durable engine.", no_args_is_help=True)
@@ -45,8 +45,10 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     workflow: Annotated[
         list[str] | None, typer.Option(help="cache results of this active workflow (repeatable)")
     ] = None,
+    loop: LoopOpt = "auto",
 ) -> None:
     """Run the engine until interrupted."""
+    chosen_loop = pick_loop(loop)
 
     async def serve() -> None:
         engine = Engine.from_urls(
@@ -55,20 +57,20 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         if platform:
             await _with_platform(engine, state, contracts, workflow or [])
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
+        running = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            running.add_signal_handler(sig, stop.set)
         await engine.start()
         # start-up objects (modules, plans, schemas) live forever: take them out of the cyclic
         # collector's scans, which otherwise pause the loop for milliseconds mid-transition
         gc.collect()
         gc.freeze()
-        console.print(f"engine {engine.owner} running on {store}")
+        console.print(f"engine {engine.owner} running on {store} ({chosen_loop} loop)")
         await stop.wait()
         await engine.stop()
         console.print(f"engine {engine.owner} stopped after {engine.transitions} transitions")
 
-    asyncio.run(serve())
+    run_async(serve(), chosen_loop)
 
 
 async def _with_platform(

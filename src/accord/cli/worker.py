@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, console
+from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, LoopOpt, console, pick_loop, run_async
 from accord.contracts.sources import find_root, load_catalog
 from accord.errors import AccordError
 
@@ -54,8 +54,10 @@ def run(
     state: Annotated[Path, typer.Option("--state", help="Acceptance records.")] = STATE,
     slots: Annotated[int, typer.Option("--slots", min=1, help="Jobs at once.")] = 4,
     heartbeat_ms: Annotated[int, typer.Option("--heartbeat-ms", min=10)] = 5_000,
+    loop: LoopOpt = "auto",
 ) -> None:
     """Serve MODULE[:ATTR] until interrupted."""
+    chosen_loop = pick_loop(loop)
     from accord.adapters import open_store, open_transport  # noqa: PLC0415
     from accord.worker import AcceptanceLog, Runtime, Worker, store_announcer  # noqa: PLC0415
 
@@ -73,20 +75,20 @@ def run(
                       slots=slots, heartbeat_ms=heartbeat_ms)  # fmt: skip
     console.print(
         f"serving {', '.join(worker.capabilities)} on {', '.join(runtime.queues)} "
-        f"as {runtime.worker_id}"
+        f"as {runtime.worker_id} ({chosen_loop} loop)"
     )
 
     async def serve() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
+        running = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
+                running.add_signal_handler(sig, stop.set)
         try:
             await runtime.run(stop)
         finally:
             await port.close()
             log.close()
 
-    asyncio.run(serve())
+    run_async(serve(), chosen_loop)
     console.print(f"stopped after {runtime.stats['served']} jobs")
