@@ -1,7 +1,8 @@
 """The processes of :mod:`bench.bench_fleet`'s fleet: ``python -m bench.fleet_proc worker|engine``.
 
-``worker TRANSPORT_URL OUT WORKER_ID SLOTS`` serves the benchmark plan's queues with
-:func:`~accord.testing.workers.run_noop_worker`; it prints ``ready`` once it consumes and
+``worker TRANSPORT_URL OUT WORKER_ID SLOTS`` serves the benchmark plan's capabilities with no-op
+handlers on the Worker SDK runtime, as ``accord worker run`` does (:class:`~accord.worker.Runtime`,
+its acceptance record in a SQLite file beside ``OUT``); it prints ``ready`` once it consumes and
 ``warm`` when it receives its first job. Each job's receipt ("start") and answer ("end") are
 stamped with :func:`time.perf_counter` (``CLOCK_MONOTONIC``: one clock for every process on the
 machine), kept in memory and written to ``OUT`` as JSON when SIGTERM stops the worker. On
@@ -29,12 +30,11 @@ from typing import Any
 
 from accord.adapters import open_transport
 from accord.adapters.clock import SystemClock
-from accord.engine.intake import OUTCOMES_QUEUE
 from accord.engine.orchestrator import Delivered, Engine
 from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES
-from accord.testing.workers import run_noop_worker
-from accord.worker.batching import OutcomeBatcher
+from accord.worker import AcceptanceLog, Context, Runtime, Worker
+from accord.worker.wire import Job
 
 _watchers: set[asyncio.Task[None]] = set()
 
@@ -61,14 +61,26 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
+async def _noop(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    return {}
+
+
+def noop_worker() -> Worker:
+    """No-op handlers for the benchmark plan's capabilities (``test.<queue>@1``)."""
+    worker = Worker("bench")
+    for queue in QUEUES:
+        worker.bind(f"test.{queue}@1", _noop, queue=queue)
+    return worker
+
+
 async def worker(transport_url: str, out: Path, worker_id: str, slots: int) -> None:
     transport = open_transport(transport_url, clock=SystemClock())
     stamps: dict[str, dict[str, float]] = {"start": {}, "end": {}}
     served = 0
 
-    def observe(what: str, envelope: Any) -> None:
+    def observe(what: str, job: Job) -> None:
         nonlocal served
-        stamps[what].setdefault(f"{envelope['runId']} {envelope['stage']}", time.perf_counter())
+        stamps[what].setdefault(f"{job.run_id} {job.stage}", time.perf_counter())
         if what == "start":
             served += 1
             if served == 1:
@@ -76,21 +88,15 @@ async def worker(transport_url: str, out: Path, worker_id: str, slots: int) -> N
 
     stop = asyncio.Event()
     _stop_on(stop)
-    answers = OutcomeBatcher(transport, OUTCOMES_QUEUE)
+    log = AcceptanceLog(out.parent / f"{worker_id}.acceptance.db")
+    runtime = Runtime(
+        noop_worker(), transport, acceptance=log, slots=slots, worker_id=worker_id, observe=observe
+    )
+    answers = runtime.outcomes
     asyncio.get_running_loop().add_signal_handler(
         signal.SIGUSR1, lambda: _say(f"stats {answers.outcomes} {answers.messages}")
     )
-    serving = asyncio.get_running_loop().create_task(
-        run_noop_worker(
-            transport,
-            QUEUES,
-            worker_id=worker_id,
-            task_slots=slots,
-            stop=stop,
-            observe=observe,
-            answers=answers,
-        )
-    )
+    serving = asyncio.get_running_loop().create_task(runtime.run(stop))
     await asyncio.sleep(0.05)  # the consumers subscribe
     gc.collect()
     gc.freeze()
@@ -98,6 +104,7 @@ async def worker(transport_url: str, out: Path, worker_id: str, slots: int) -> N
     await serving
     declared = sorted(getattr(transport, "declared", ()))
     await transport.close()
+    log.close()
     out.write_text(json.dumps({**stamps, "served": served, "declared": declared}))
 
 

@@ -28,6 +28,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from accord.contracts.catalog import Catalog
@@ -41,7 +42,9 @@ from accord.worker.batching import OutcomeBatcher
 from accord.worker.sdk import Binding, Context, Worker
 from accord.worker.wire import Announcer, Job, Poison, Refused, failure, outcome
 
-__all__ = ["Runtime"]
+__all__ = ["Observer", "Runtime"]
+
+Observer = Callable[[str, Job], None]  # ("start", job) on receipt, ("end", job) once answered
 
 log = logging.getLogger("accord.worker")
 
@@ -62,12 +65,14 @@ class Runtime:
         slots: int = 4,
         drain_s: float = 30.0,
         worker_id: str | None = None,
+        observe: Observer | None = None,
     ) -> None:
         self.worker, self.transport, self.catalog = worker, transport, catalog
         self.acceptance = acceptance or AcceptanceLog()
         self.worker_id = worker_id or f"{worker.name}-{secrets.token_hex(3)}"
         self._announce, self._ttl = announce, announce_ttl_ms
         self._heartbeat_ms = heartbeat_ms
+        self._observe = observe
         # outcomes ready at once (several jobs' answers, heartbeats) leave as one message
         self.outcomes = OutcomeBatcher(transport, outcomes_queue)
         self._max_crashes, self._drain_s = max_crashes, drain_s
@@ -151,15 +156,20 @@ class Runtime:
         except Refused as exc:
             if self._claim(exc.job, delivery) is None:
                 await self._publish(*outcome(exc.job, "accepted", workerId=self.worker_id))
-                await self._finish(exc.job, failure(exc.code, exc.message, retryable=False))
+                refused = failure(exc.code, exc.message, retryable=False)
+                await self._finish(exc.job, outcome(exc.job, *refused))
             await self._ack(delivery)
             return
+        if self._observe is not None:
+            self._observe("start", job)
         if self._claim(job, delivery) is not None:
             await self._ack(delivery)
             return
         await self._publish(*outcome(job, "accepted", workerId=self.worker_id))
-        result = await self._execute(job, payload, binding)
-        await self._finish(job, result)
+        answer = await self._execute(job, payload, binding)
+        await self._finish(job, answer)
+        if self._observe is not None:
+            self._observe("end", job)
         await self._ack(delivery)
         self.stats["served"] += 1
 
@@ -178,7 +188,10 @@ class Runtime:
         if final is not None:
             await self._publish(json.loads(final)["messageId"], final)
 
-    async def _execute(self, job: Job, payload: dict[str, Any], binding: Binding) -> bytes:
+    async def _execute(
+        self, job: Job, payload: dict[str, Any], binding: Binding
+    ) -> tuple[str, bytes]:
+        """Run the handler; the final outcome's message id and body."""
         loop = asyncio.get_running_loop()
         pending: list[Any] = []  # asyncio tasks, or concurrent futures from handler threads
         seq = iter(range(1, 1 << 62))
@@ -200,7 +213,12 @@ class Runtime:
             envelope=job.envelope, services=self.worker.services, _emit=emit,
         )  # fmt: skip
         self.inflight[job.fence] = ctx
-        beat = loop.create_task(self._heartbeat(job))
+        # heartbeats start once the handler has run for a heartbeat period: a quick handler
+        # costs a timer, not a task
+        beats: list[asyncio.Task[None]] = []
+        timer = loop.call_later(
+            self._heartbeat_ms / 1000, lambda: beats.append(loop.create_task(self._heartbeat(job)))
+        )
         self.stats["handler_runs"] += 1
         try:
             result = await self._call(binding, payload, ctx)
@@ -213,12 +231,15 @@ class Runtime:
             note = f"{type(exc).__name__}: {exc}"[:1800] + f" (crash {crashes})"
             final = failure("handler-crashed", note, retryable=retry)
         finally:
-            beat.cancel()
+            timer.cancel()
+            for beat in beats:
+                beat.cancel()
             self.inflight.pop(job.fence, None)
         waits = [p if isinstance(p, asyncio.Future) else asyncio.wrap_future(p) for p in pending]
-        await asyncio.gather(beat, *waits, return_exceptions=True)
+        if beats or waits:
+            await asyncio.gather(*beats, *waits, return_exceptions=True)
         kind, body = final
-        return outcome(job, kind, body)[1]
+        return outcome(job, kind, body)
 
     async def _call(self, binding: Binding, payload: dict[str, Any], ctx: Context) -> Any:
         if binding.is_async:
@@ -229,16 +250,17 @@ class Runtime:
         return result
 
     async def _heartbeat(self, job: Job) -> None:
+        """Beat now (a heartbeat period into the handler), then every period."""
         n = 0
         while True:
-            await asyncio.sleep(self._heartbeat_ms / 1000)
             n += 1
             await self._publish(*outcome(job, "heartbeat", {"at": time.time()}, seq=n))
+            await asyncio.sleep(self._heartbeat_ms / 1000)
 
-    async def _finish(self, job: Job, final: bytes | tuple[str, dict[str, Any]]) -> None:
-        body = final if isinstance(final, bytes) else outcome(job, *final)[1]
+    async def _finish(self, job: Job, answer: tuple[str, bytes]) -> None:
+        message_id, body = answer
         self.acceptance.finish(job.run_id, job.stage, job.attempt, job.fence, body)
-        await self._publish(json.loads(body)["messageId"], body)
+        await self._publish(message_id, body)
 
     async def _publish(self, message_id: str, body: bytes) -> None:
         await self.outcomes.publish(message_id, body)
