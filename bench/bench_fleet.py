@@ -1,13 +1,13 @@
 """The distributed engine as deployed: engine and worker processes apart, Redis + BullMQ and Redis
 + RabbitMQ.
 
-Same plan and no-op worker as :mod:`bench.bench_engine` (``render → fork(analyse, metadata) →
-join → publish``, 9 transitions per run), but nothing shares a process with anything else: the
-engine runs in this process (it starts the runs, as an engine serving the API does), each of
-``W`` workers is a process of its own running
-:func:`~accord.testing.workers.run_noop_worker` with ``S`` task slots over the same transport URL,
-and with two engines a second engine process consumes the same outcomes queue
-(:mod:`bench.fleet_proc`). Store and queues live on fresh prefixes, removed afterwards
+Same plan as :mod:`bench.bench_engine` (``render → fork(analyse, metadata) → join → publish``,
+9 transitions per run), but nothing shares a process with anything else: the engine runs in this
+process (it starts the runs, as an engine serving the API does), each of ``W`` workers is a
+process of its own serving no-op handlers on the Worker SDK runtime with ``S`` task slots, its
+acceptance record on disk, as ``accord worker run`` does, over the same transport URL, and with
+two engines a second engine process consumes the same outcomes queue (:mod:`bench.fleet_proc`).
+Every process runs on the event loop Accord's commands pick (:mod:`accord.loop`). Store and queues live on fresh prefixes, removed afterwards
 (:mod:`bench.engine_distributed`). Timing starts only when every process answered ``ready`` and
 every worker has received a job of a warm-up batch.
 
