@@ -7,9 +7,10 @@ process (it starts the runs, as an engine serving the API does), each of ``W`` w
 process of its own serving no-op handlers on the Worker SDK runtime with ``S`` task slots, its
 acceptance record on disk, as ``accord worker run`` does, over the same transport URL, and with
 two engines a second engine process consumes the same outcomes queue (:mod:`bench.fleet_proc`).
-Every process runs on the event loop Accord's commands pick (:mod:`accord.loop`). Store and queues live on fresh prefixes, removed afterwards
-(:mod:`bench.engine_distributed`). Timing starts only when every process answered ``ready`` and
-every worker has received a job of a warm-up batch.
+Every process runs on the event loop Accord's commands pick (:mod:`accord.loop`). Store and
+queues live on fresh prefixes, removed afterwards (:mod:`bench.engine_distributed`). Timing
+starts only when every process answered ``ready`` and every worker has received a job of a
+warm-up batch.
 
 Figures per configuration (``e<engines>w<workers>s<slots per worker>``):
 
