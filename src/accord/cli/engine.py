@@ -45,6 +45,9 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     workflow: Annotated[
         list[str] | None, typer.Option(help="cache results of this active workflow (repeatable)")
     ] = None,
+    accept_linger_ms: Annotated[
+        float, typer.Option(min=0, help="how long news of an attempt may wait to share a commit")
+    ] = 5.0,
     loop: LoopOpt = "auto",
 ) -> None:
     """Run the engine until interrupted."""
@@ -52,8 +55,9 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
 
     async def serve() -> None:
         engine = Engine.from_urls(
-            store, transport, owner=owner, poll_ms=poll_ms, lease_ms=lease_ms, grace_ms=grace_ms
-        )
+            store, transport, owner=owner, poll_ms=poll_ms, lease_ms=lease_ms, grace_ms=grace_ms,
+            accept_linger_ms=accept_linger_ms,
+        )  # fmt: skip
         if platform:
             await _with_platform(engine, state, contracts, workflow or [])
         stop = asyncio.Event()

@@ -12,6 +12,15 @@ Nothing changes for a delivery that is alone: it is a batch of one. Order is kep
 events are applied in the order their deliveries reached the engine, as with per-run locks.
 Events that must commit alone (a fired timer names the timer its commit removes) are submitted
 with ``alone=True``: they wait for the run's lock like before and never join a batch.
+
+**Lingering.** A batch made only of items that ``may_wait`` (the engine's: news of an attempt,
+``accepted``, a heartbeat, progress, which release and dispatch nothing) waits up to
+``linger_s`` for one that may not, and commits with it, while ``busy()`` says other deliveries
+are in flight. Under load a worker's ``accepted`` reaches the engine a few milliseconds before
+its ``succeeded`` (the worker waits for the first to be confirmed before running the handler),
+too late to join by the leader's single yield; lingering makes the two one commit, which takes
+a third of the commits off a run of quick tasks. One delivery at a time never lingers, so a lone
+run's latency is unchanged; a decisive event never waits.
 """
 
 from __future__ import annotations
@@ -28,12 +37,38 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+class _Box(list[tuple[T, "asyncio.Future[R]"]]):
+    """The deliveries waiting for a run's leader, and how to wake a leader that lingers."""
+
+    __slots__ = ("wake",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wake: asyncio.Future[None] | None = None
+
+    def add(self, item: T, waiter: asyncio.Future[R]) -> None:
+        self.append((item, waiter))
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
+
+
 class Mailboxes(Generic[T, R]):
-    def __init__(self, lock: Callable[[str], AbstractAsyncContextManager[None]]) -> None:
+    def __init__(
+        self,
+        lock: Callable[[str], AbstractAsyncContextManager[None]],
+        *,
+        may_wait: Callable[[T], bool] | None = None,
+        linger_s: float = 0.0,
+        busy: Callable[[], bool] | None = None,
+    ) -> None:
         self._lock = lock  # the per-run lock the rest of the shell (reconciler) also takes
-        self._boxes: dict[str, list[tuple[T, asyncio.Future[R]]]] = {}
+        self._boxes: dict[str, _Box[T, R]] = {}
+        # a batch of nothing but items that may wait waits up to linger_s (while busy) for one
+        # that may not, and commits with it
+        self._may_wait, self._linger_s, self._busy = may_wait, linger_s, busy
         self.batches = 0
         self.coalesced = 0  # deliveries that rode another delivery's commit
+        self.lingered = 0  # batches that waited
 
     async def submit(
         self,
@@ -46,15 +81,16 @@ class Mailboxes(Generic[T, R]):
         box = self._boxes.get(key)
         if box is not None and not alone:  # a leader is at work for this run: ride along
             waiter: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-            box.append((item, waiter))
+            box.add(item, waiter)
             self.coalesced += 1
             return await waiter
         async with self._lock(key):
             if alone:
                 return (await run_batch([item]))[0]
-            box = self._boxes[key] = []
+            box = self._boxes[key] = _Box()
             try:
                 await asyncio.sleep(0)  # deliveries already scheduled for this run join now
+                await self._linger(item, box)
                 mine = (await self._settle(run_batch, [(item, None), *_take(box)]))[0]
                 while box:  # arrived during the commit: the next batch
                     with contextlib.suppress(Exception):  # its waiters have the error
@@ -65,6 +101,28 @@ class Mailboxes(Generic[T, R]):
                 for _, waiter in box:  # only left when the leader itself was cancelled
                     if not waiter.done():
                         waiter.cancel()
+
+    async def _linger(self, item: T, box: _Box[T, R]) -> None:
+        """While every item of the batch may wait and the engine is busy, wait (up to
+        ``linger_s`` in all) for one that may not."""
+        may_wait, busy = self._may_wait, self._busy
+        if may_wait is None or self._linger_s <= 0 or (busy is not None and not busy()):
+            return
+        if not may_wait(item) or not all(may_wait(queued) for queued, _ in box):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._linger_s
+        self.lingered += 1
+        while (left := deadline - loop.time()) > 0:
+            box.wake = loop.create_future()
+            try:
+                await asyncio.wait_for(box.wake, left)
+            except TimeoutError:
+                return
+            finally:
+                box.wake = None
+            if not all(may_wait(queued) for queued, _ in box):
+                return
 
     async def _settle(
         self,
@@ -90,7 +148,7 @@ class Mailboxes(Generic[T, R]):
         return results
 
 
-def _take(box: list[tuple[T, asyncio.Future[R]]]) -> list[tuple[T, asyncio.Future[R] | None]]:
+def _take(box: _Box[T, R]) -> list[tuple[T, asyncio.Future[R] | None]]:
     """Everything queued in ``box``, which is left empty."""
     taken: list[tuple[T, asyncio.Future[R] | None]] = list(box)
     del box[:]

@@ -13,7 +13,9 @@ bounded number of times. The shell makes no domain decision: rejections (stale, 
 come back from the machine as history to commit like any other. Deliveries for one run in this
 process keep their arrival order, so contention only comes from other processes; when several
 are waiting at once (an ``accepted`` and its ``succeeded``, two joining branches) they are
-applied in that order and committed together, once (:mod:`accord.engine.coalesce`).
+applied in that order and committed together, once (:mod:`accord.engine.coalesce`). While other
+deliveries are in flight, news of an attempt (``accepted``, a heartbeat, progress) waits up to
+``accept_linger_ms`` (5 ms) for its run's next event to share the commit.
 
 The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
 outcome intake, telemetry, and the reconciler. :meth:`stop` stops intake and timers first,
@@ -42,8 +44,11 @@ from accord.engine.effects import Effect
 from accord.engine.events import (
     CancelRequested,
     Event,
+    HeartbeatReceived,
+    ProgressReported,
     RedriveRequested,
     RunStarted,
+    StageAccepted,
     StageSucceeded,
     TimerFired,
 )
@@ -81,6 +86,13 @@ class Delivered:
 
 Observer = Callable[[Delivered], None]  # told of every committed transition, in commit order
 _Item = tuple[Event, tuple[Delivery, ...]]  # an event and the deliveries its commit may settle
+_NEWS = (StageAccepted, HeartbeatReceived, ProgressReported)
+
+
+def _may_wait(item: _Item) -> bool:
+    """Whether an event may wait a little for its run's next one to share its commit: news of an
+    attempt (accepted, heartbeat, progress) releases nothing and dispatches nothing."""
+    return isinstance(item[0], _NEWS)
 
 
 class Engine:
@@ -105,6 +117,7 @@ class Engine:
         cache_size: int = 4096,
         observers: Sequence[Observer] = (),
         dispatch: bool = True,
+        accept_linger_ms: float = 5.0,
     ) -> None:
         self.store, self.transport, self.clock = store, transport, clock
         self.owner = owner or f"engine-{secrets.token_hex(4)}"
@@ -118,7 +131,12 @@ class Engine:
         self._joint: JointQueue | None = transport if shared and dispatch else None  # type: ignore[assignment]
         self.plans = PlanBook(store)
         self.runs = RunCache(cache_size)
-        self.mail: Mailboxes[_Item, tuple[Delivered, bool]] = Mailboxes(self.runs.lock)
+        self.mail: Mailboxes[_Item, tuple[Delivered, bool]] = Mailboxes(
+            self.runs.lock,
+            may_wait=_may_wait,
+            linger_s=accept_linger_ms / 1000,
+            busy=lambda: self._inflight > 1,
+        )
         self.capabilities = Capabilities(store, clock, self.registry, self.owner)
         self.executor = ActionExecutor(self.registry, self.deliver, self._action_done)
         self.dispatcher = Dispatcher(
