@@ -20,7 +20,7 @@ from accord.engine.events import StageSucceeded
 from accord.engine.ids import timer_id
 from accord.engine.orchestrator import Engine
 from accord.engine.ports import Commit
-from accord.errors import StageFailed
+from accord.errors import StageFailed, TransportError
 from accord.testing.clock import FakeClock
 from accord.testing.harness import EngineHarness
 from accord.testing.invariants import assert_run_invariants
@@ -269,3 +269,29 @@ async def test_i2_starting_a_run_twice_creates_it_once() -> None:
         assert kinds == [("run-started", True, None), ("run-started", False, "duplicate")]
         assert (await h.run("run_once")).context == {"modelId": "m1"}
         assert len(await h.jobs("render")) == 1
+
+
+async def test_i7_a_publish_refused_after_the_commit_is_left_to_the_sweep() -> None:
+    """The broker refuses the job of a committed transition: the delivery still succeeds (the
+    run exists; starting it again would make a second one), the entry stays in the outbox, and
+    the sweep publishes it."""
+    async with EngineHarness(actions=ACTIONS) as h:
+        transport = h.engine.dispatcher._transport
+        publish, refusals = transport.publish, [1]
+
+        async def refusing(queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
+            if refusals:
+                refusals.pop()
+                raise TransportError(f"RabbitMQ refused a publish to {queue!r}", retryable=True)
+            await publish(queue, message_id, body, delay_ms)
+
+        transport.publish = refusing  # type: ignore[method-assign]
+        run = await h.start_run(PLAN, {"modelId": "m1"})  # returns: the run is committed
+        assert (await h.run(run)).stages["render"].status != "pending"
+        assert h.engine.dispatcher.failed == 1
+        assert await h.jobs("render") == []
+        assert [e.topic for e in await h.outbox()] == ["job:render"]  # still owed
+        assert await h.pump() >= 1  # the sweep hands it off
+        jobs = await h.jobs("render")
+        assert len(jobs) == 1 and jobs[0]["runId"] == run
+        assert await h.outbox() == []

@@ -7,6 +7,11 @@ a lease and handed over again once they are older than ``grace_ms``; younger one
 fast path that is presumably still holding them. Publishing twice is harmless: job ids are
 deterministic and the transport drops a message id it already knows (I4).
 
+An entry whose hand-off fails (the broker refused or did not confirm the publish) stays in the
+outbox: the commit that made it is durable, so the failure is logged and the delivery that
+committed it still succeeds; the sweep offers the entry again once it is ``grace_ms`` old. The
+other entries of the commit are handed off regardless.
+
 Done-marks are buffered and written in batches: a late mark costs at most a harmless republish.
 Telemetry has its own bounded queue and consumer; when the sink is slow the queue fills, entries
 stay in the outbox, and the sweep offers them again later — progress never waits for it.
@@ -64,6 +69,7 @@ class Dispatcher:
         self._telemetry: asyncio.Queue[OutboxEntry] = asyncio.Queue(telemetry_buffer)
         self._telemetry_pending: set[str] = set()
         self.published = 0
+        self.failed = 0  # hand-offs that failed and were left to the sweep
         self._crash_hits = 0
 
     async def dispatch(self, entries: Sequence[OutboxEntry], *, inline: int = 0) -> None:
@@ -74,8 +80,21 @@ class Dispatcher:
             return
         self._crash("after-commit")
         for entry in entries:
-            await self._hand_off(entry)
+            await self._guarded(entry)
         self._crash("after-publish")
+
+    async def _guarded(self, entry: OutboxEntry) -> bool:
+        """Hand ``entry`` off; a failure is logged and leaves it to the sweep."""
+        try:
+            await self._hand_off(entry)
+        except Exception as exc:
+            self.failed += 1
+            log.warning(
+                "outbox entry %s (%s) not handed off, left for the sweep: %s",
+                entry.entry_id, entry.topic, exc,
+            )  # fmt: skip
+            return False
+        return True
 
     async def _hand_off(self, entry: OutboxEntry) -> None:
         topic = entry.topic
@@ -131,8 +150,7 @@ class Dispatcher:
         for entry in claimed:
             if entry.created_at_ms > horizon or entry.entry_id in busy:
                 continue
-            await self._hand_off(entry)
-            handed += 1
+            handed += await self._guarded(entry)
         await self.flush()
         return handed
 
