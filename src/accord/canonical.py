@@ -19,7 +19,9 @@ and takes the reference encoder's word whenever orjson's could differ:
   infinities as ``null``, which the reference refuses (``ValueError``).
 
 The property test in ``tests/unit/test_canonical.py`` holds the two to the same bytes, or the
-same refusal, on arbitrary values.
+same refusal, on arbitrary JSON values. Beyond JSON's types the two differ in one way: orjson
+writes a ``uuid.UUID`` or an ``enum.Enum`` member, which the reference refuses; the values
+encoded here come from JSON documents and never hold one.
 """
 
 from __future__ import annotations
