@@ -52,7 +52,7 @@ def run(
     store: Annotated[str | None, typer.Option("--store", help="Store URL to announce in.")] = None,
     contracts: Annotated[Path | None, typer.Option("--contracts", help="Contract sources.")] = None,
     state: Annotated[Path, typer.Option("--state", help="Acceptance records.")] = STATE,
-    slots: Annotated[int, typer.Option("--slots", min=1, help="Jobs at once.")] = 4,
+    slots: Annotated[int, typer.Option("--slots", min=1, help="Handlers at once.")] = 4,
     heartbeat_ms: Annotated[int, typer.Option("--heartbeat-ms", min=10)] = 5_000,
     loop: LoopOpt = "auto",
 ) -> None:

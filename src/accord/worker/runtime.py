@@ -4,10 +4,17 @@ One job, in order::
 
     read + validate (wire.read_job)     poison → <queue>.quarantine; invalid → terminal failure
     acceptance record (AcceptanceLog)   already accepted → re-announce, never a second run
+    take a task slot                    ``slots`` handlers at once
     publish "accepted"                  BEFORE the handler starts: from here the engine owns it
     run handler, heartbeating           sync handlers in a thread; progress as it is reported
     validate result                     invalid → terminal "invalid-result"
-    publish final outcome, record, ack
+    give the slot back; publish final outcome, record, ack
+
+A slot is held from acceptance to the handler's end, so a job is accepted only when it can start
+at once. Its answer is published and the job acknowledged after the slot is given back: waiting
+for the broker's confirm of the answer does not keep the next job from starting. A worker holds
+up to twice ``slots`` jobs (running, answering, or waiting for a slot unaccepted), which is the
+prefetch it asks of the transport for each queue.
 
 Outcomes ready at the same moment leave as one batch message (:mod:`accord.worker.batching`);
 each publish still returns only once the message carrying it is confirmed.
@@ -76,8 +83,9 @@ class Runtime:
         # outcomes ready at once (several jobs' answers, heartbeats) leave as one message
         self.outcomes = OutcomeBatcher(transport, outcomes_queue)
         self._max_crashes, self._drain_s = max_crashes, drain_s
-        self._slots = asyncio.Semaphore(slots)
-        self._prefetch = slots
+        self._slots = asyncio.Semaphore(slots)  # handlers at once
+        self._prefetch = 2 * slots
+        self._held = asyncio.Semaphore(self._prefetch)  # jobs held at once
         self.queues: dict[str, Binding] = {self._queue_of(b): b for b in worker.bindings.values()}
         self.inflight: dict[str, Context] = {}  # fence → context of the running attempt
         self.stats = {"served": 0, "handler_runs": 0, "reannounced": 0, "quarantined": 0}
@@ -113,7 +121,7 @@ class Runtime:
 
     async def _pull(self, queue: str, binding: Binding) -> None:
         async for delivery in self.transport.consume(queue, self._prefetch):
-            await self._slots.acquire()
+            await self._held.acquire()
             task = asyncio.get_running_loop().create_task(self._guarded(delivery, binding))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -124,7 +132,7 @@ class Runtime:
         except Exception:  # not acknowledged: the transport redelivers it
             log.exception("job %s not served", delivery.message_id)
         finally:
-            self._slots.release()
+            self._held.release()
 
     async def _control(self, queue: str) -> None:
         async for delivery in self.transport.consume(control_queue(queue), 16):
@@ -162,11 +170,12 @@ class Runtime:
             return
         if self._observe is not None:
             self._observe("start", job)
-        if self._claim(job, delivery) is not None:
-            await self._ack(delivery)
-            return
-        await self._publish(*outcome(job, "accepted", workerId=self.worker_id))
-        answer = await self._execute(job, payload, binding)
+        async with self._slots:  # from acceptance to the handler's end
+            if self._claim(job, delivery) is not None:
+                await self._ack(delivery)
+                return
+            await self._publish(*outcome(job, "accepted", workerId=self.worker_id))
+            answer = await self._execute(job, payload, binding)
         await self._finish(job, answer)
         if self._observe is not None:
             self._observe("end", job)

@@ -300,3 +300,80 @@ async def test_capabilities_are_announced_with_a_ttl(transport: Recorder, catalo
         await asyncio.sleep(0.2)
     assert len(seen) >= 3  # renewed at a third of the TTL
     assert seen[0] == ("w-1", [CAP], 90)
+
+
+async def test_a_job_is_accepted_only_when_a_task_slot_is_free(
+    transport: Recorder, catalog: Catalog, job: JobMaker
+) -> None:
+    release = asyncio.Event()
+
+    async def handler(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        transport.mark(f"start {ctx.run_id}")
+        if ctx.run_id == "run_1":
+            await release.wait()
+        transport.mark(f"end {ctx.run_id}")
+        return thumbnail()
+
+    runtime = Runtime(worker_with(handler), transport, catalog=catalog, slots=1)
+    async with serving(runtime):
+        await send(transport, job(run_id="run_1"))
+        await send(transport, job(run_id="run_2"))
+        await transport.wait_for("start run_1")
+        await asyncio.sleep(0.1)  # run_2 is held by the worker, not accepted: no slot is free
+        assert [d["runId"] for d in transport.of("accepted")] == ["run_1"]
+        release.set()
+        await transport.wait_for("succeeded", 2)
+    kinds = transport.kinds()
+    assert kinds.index("end run_1") < kinds.index("start run_2")
+    assert [d["runId"] for d in transport.of("accepted")] == ["run_1", "run_2"]
+
+
+class SlowAnswers(Recorder):
+    """Holds back the confirm of run_1's final outcome until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+
+    async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
+        if message_id.startswith("msg_run_1_") and message_id.endswith(":succeeded"):
+            self.mark("answer run_1 sent")
+            await self.release.wait()
+        await super().publish(queue, message_id, body, delay_ms)
+
+
+async def test_the_next_job_takes_the_slot_while_an_answer_awaits_its_confirm(
+    catalog: Catalog, job: JobMaker
+) -> None:
+    transport = SlowAnswers()
+
+    async def handler(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        transport.mark(f"start {ctx.run_id}")
+        return thumbnail()
+
+    def accepted_here() -> list[str]:
+        rows = runtime.acceptance._db.execute("SELECT run_id FROM acceptance ORDER BY at")
+        return [row[0] for row in rows]
+
+    runtime = Runtime(worker_with(handler), transport, catalog=catalog, slots=1)
+    try:
+        async with serving(runtime):
+            await send(transport, job(run_id="run_1"))
+            await transport.wait_for("answer run_1 sent")
+            await send(transport, job(run_id="run_2"))
+            async with asyncio.timeout(5):  # the slot came back before run_1's confirm
+                while accepted_here() != ["run_1", "run_2"]:
+                    await asyncio.sleep(0.005)
+            # run_1 is acknowledged only once its answer is confirmed
+            assert list(transport._ready["rendering"]) == [
+                job(run_id="run_1")["messageId"],
+                job(run_id="run_2")["messageId"],
+            ]
+            transport.release.set()
+            await transport.wait_for("succeeded", 2)
+            async with asyncio.timeout(5):
+                while transport._ready["rendering"]:
+                    await asyncio.sleep(0.005)
+        assert transport.kinds().index("answer run_1 sent") < transport.kinds().index("start run_2")
+    finally:
+        await transport.close()
