@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Coroutine, Iterable
-from typing import Annotated, Any, NoReturn, TypeVar
+from collections.abc import Iterable
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -13,9 +13,7 @@ from rich.markup import escape
 
 from accord.errors import Diagnostic
 from accord.loop import LoopUnavailable, chosen
-from accord.loop import run as run_on_loop
 
-T = TypeVar("T")
 LoopOpt = Annotated[
     str,
     typer.Option(
@@ -59,8 +57,3 @@ def pick_loop(loop: str) -> str:
         return chosen(loop)
     except LoopUnavailable as exc:
         usage(str(exc))
-
-
-def run_async(main: Coroutine[Any, Any, T], loop: str) -> T:
-    """Run ``main`` on the event loop :func:`pick_loop` picked."""
-    return run_on_loop(main, loop)

@@ -34,13 +34,13 @@ from accord.cli._common import (
     emit_json,
     pick_loop,
     print_diagnostics,
-    run_async,
 )
 from accord.cli._registry import Workspace, workspace
 from accord.contracts import compat
 from accord.contracts.model import MessageContract
 from accord.contracts.sources import lint_paths
 from accord.errors import AccordError, ContractLintError
+from accord.loop import run as run_on_loop
 
 EVOLUTION = ("thumbnail-generation-request@1", "thumbnail-generation-request@2")
 WORKERS = (
@@ -159,7 +159,7 @@ def demo(
     from accord.cli._demo_run import run_demo  # noqa: PLC0415 - engine and workers load here
 
     try:
-        rows = run_async(
+        rows = run_on_loop(
             run_demo(
                 ws,
                 found,

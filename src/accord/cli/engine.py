@@ -17,8 +17,9 @@ from typing import Annotated, Any
 
 import typer
 
-from accord.cli._common import LoopOpt, console, emit_json, pick_loop, run_async
+from accord.cli._common import LoopOpt, console, emit_json, pick_loop
 from accord.engine.orchestrator import Engine
+from accord.loop import run as run_on_loop
 
 app = typer.Typer(help="Run the durable engine.", no_args_is_help=True)
 
@@ -74,7 +75,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         await engine.stop()
         console.print(f"engine {engine.owner} stopped after {engine.transitions} transitions")
 
-    run_async(serve(), chosen_loop)
+    run_on_loop(serve(), chosen_loop)
 
 
 async def _with_platform(

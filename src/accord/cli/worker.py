@@ -19,9 +19,10 @@ from typing import Annotated
 
 import typer
 
-from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, LoopOpt, console, pick_loop, run_async
+from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, LoopOpt, console, pick_loop
 from accord.contracts.sources import find_root, load_catalog
 from accord.errors import AccordError
+from accord.loop import run as run_on_loop
 
 STATE = Path(".accord/worker")
 app = typer.Typer(help="Run workers built with the Worker SDK.", no_args_is_help=True)
@@ -90,5 +91,5 @@ def run(
             await port.close()
             log.close()
 
-    run_async(serve(), chosen_loop)
+    run_on_loop(serve(), chosen_loop)
     console.print(f"stopped after {runtime.stats['served']} jobs")
