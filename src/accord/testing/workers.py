@@ -70,10 +70,8 @@ async def run_noop_worker(
     task_slots: int = 4,
     stop: asyncio.Event | None = None,
     observe: Observer | None = None,
-    answers: OutcomeBatcher | None = None,
 ) -> None:
-    """Serve ``queues`` until ``stop`` is set (or the task is cancelled); outcomes go through
-    ``answers`` when given (its counters then tell how many messages carried them)."""
+    """Serve ``queues`` until ``stop`` is set (or the task is cancelled)."""
     stop = stop or asyncio.Event()
     slots = asyncio.Semaphore(task_slots)
     running: set[asyncio.Task[None]] = set()
@@ -82,7 +80,7 @@ async def run_noop_worker(
         transport, "publish_and_ack", None
     )
     # outcomes ready at once: one message
-    answers = answers or OutcomeBatcher(transport, outcomes_queue)
+    answers = OutcomeBatcher(transport, outcomes_queue)
 
     async def serve(delivery: Delivery) -> None:
         try:
