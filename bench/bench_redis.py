@@ -14,8 +14,13 @@ JSON, with the same client, server and key layout, so the difference is what the
 - ``ratio.*``: store rate / raw rate for the same mode.
 - ``cpu_us.*``: process CPU per commit (µs) of each mode; unlike the rates, it barely moves when
   other work shares the machine.
+- ``replicated.*``: the store's ``one_task`` and ``many_tasks`` on a private primary with one
+  replica (both started here, no persistence, like the shared server), opened with
+  ``replicas=0`` and with ``replicas=1`` (every round of writes then waits for the replica:
+  ``WAIT 1``), so the pair shows what waiting for a replica costs.
 
-Needs Redis on 127.0.0.1:6379 (database 15, a throwaway key prefix, deleted afterwards).
+Needs Redis on 127.0.0.1:6379 (database 15, a throwaway key prefix, deleted afterwards) and the
+``redis-server`` binary for the private pair.
 Run: ``python -m bench.bench_redis`` (or ``--smoke``); ``python -m bench`` runs it with the rest.
 """
 
@@ -23,11 +28,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 
 from accord.adapters.stores.redis import RedisStore
@@ -101,6 +112,74 @@ async def _timed(work: Any, commits: int, cpu: dict[str, float], name: str) -> f
     return commits / (time.perf_counter() - start)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _primary_with_replica() -> Iterator[int]:
+    """A private primary and one replica of it on loopback; yields the primary's port."""
+    ports, procs = (_free_port(), _free_port()), []
+    with tempfile.TemporaryDirectory(prefix="accord-bench-redis-") as tmp:
+        try:
+            for port, extra in (
+                (ports[0], []),
+                (ports[1], ["--replicaof", "127.0.0.1", str(ports[0])]),
+            ):
+                procs.append(subprocess.Popen(
+                    ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
+                     "--dbfilename", f"{port}.rdb", "--save", "", "--appendonly", "no", *extra],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                ))  # fmt: skip
+            primary = redis.Redis(port=ports[0], decode_responses=True)
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    info = primary.info("replication")
+                    if info.get("slave0", {}).get("state") == "online":
+                        break
+                except redis.ConnectionError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the private replica did not connect within 20 s")
+                time.sleep(0.05)
+            primary.close()
+            yield ports[0]
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+async def _replicated(n: int) -> dict[str, float]:
+    per_run = max(n // RUNS, 5)
+    out: dict[str, float] = {}
+    with _primary_with_replica() as port:
+        for replicas in (0, 1):
+            url = f"redis://127.0.0.1:{port}/0?prefix=r{replicas}&shards=8&replicas={replicas}"
+            store = await RedisStore.connect(url)
+            try:
+                cpu: dict[str, float] = {}
+                one = await _timed(_store_loop(store, "solo", n), n, cpu, "one")
+                many = await _timed(
+                    asyncio.gather(*(_store_loop(store, r, per_run) for r in _names())),
+                    RUNS * per_run,
+                    cpu,
+                    "many",
+                )
+            finally:
+                await store.close()
+            out[f"one_task_replicas_{replicas}"] = round(one)
+            out[f"many_tasks_replicas_{replicas}"] = round(many)
+    return out
+
+
+def _names() -> list[str]:
+    return [f"run{r}" for r in range(RUNS)]
+
+
 async def _run(smoke: bool) -> dict[str, Any]:
     n = 150 if smoke else 3000
     per_run = max(n // RUNS, 5)
@@ -108,7 +187,7 @@ async def _run(smoke: bool) -> dict[str, Any]:
     client = aioredis.from_url(URL, decode_responses=True)
     store = await RedisStore.connect(f"{URL}?prefix={prefix}-s&shards=8")
     raw = Raw(client, f"{prefix}-r")
-    runs = [f"run{r}" for r in range(RUNS)]
+    runs = _names()
     cpu: dict[str, float] = {}
     try:
         for run in ["solo", *runs, *(f"p{r}" for r in runs)]:
@@ -151,6 +230,7 @@ async def _run(smoke: bool) -> dict[str, Any]:
     for side in ("raw", "store"):
         out[side] = {k: round(v) for k, v in out[side].items()}
     out["cpu_us"] = {k: round(v, 1) for k, v in cpu.items()}
+    out["replicated"] = await _replicated(60 if smoke else 1500)
     return out
 
 

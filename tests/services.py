@@ -115,11 +115,13 @@ def _cleanup() -> None:
 class PrivateRedis:
     """A ``redis-server`` of the test's own, on a free port, persisting to ``directory`` with AOF
     ``appendfsync always`` (every acknowledged write is on disk), so it can be killed and
-    restarted, or squeezed with ``maxmemory``, without touching the shared server."""
+    restarted, or squeezed with ``maxmemory``, without touching the shared server. ``extra`` are
+    more ``redis-server`` arguments (``--replicaof``, …)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *extra: str) -> None:
         ensure_redis()  # installs the binary when missing
         self.directory = directory
+        self.extra = extra
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = int(probe.getsockname()[1])
@@ -129,7 +131,7 @@ class PrivateRedis:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
              str(self.directory), "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--maxmemory-policy", "noeviction"],
+             "--maxmemory-policy", "noeviction", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10

@@ -26,6 +26,10 @@ from accord.errors import StoreError, TransportError
         ("sqlite:///x.db?synchronus=FULL", "unknown option(s) ['synchronus']"),
         ("sqlite:///x.db?synchronous=SOMETIMES", "synchronous='SOMETIMES'"),
         ("sqlite:///x.db?busy_timeout_ms=soon", "expected an integer"),
+        ("redis://127.0.0.1/0?shards=x", "option shards='x': expected an integer"),
+        ("redis://127.0.0.1/0?replicas=-1", "option replicas='-1': expected an integer ≥ 0"),
+        ("redis://127.0.0.1/0?replicas=two", "option replicas='two': expected an integer"),
+        ("redis://127.0.0.1/0?replica_wait_ms=0", "replica_wait_ms='0': expected an integer ≥ 1"),
     ],
 )
 def test_bad_store_urls_are_refused_by_name(url: str, message: str) -> None:

@@ -26,6 +26,14 @@ pool and back costs more than a small group's round trip). Before each flush it 
 pool checks its own (a connection the server closed, or holding unread data, is opened afresh).
 So a store holds the pool's connections plus this one, however many tasks commit at once.
 
+Replication barrier: a group made with ``replicas=N`` ends every round that holds a write (a
+script call, or a command submitted with ``write=True``) with ``WAIT N wait_ms`` on the same
+connection, which answers how many replicas have received every write made on that connection so
+far. When fewer than ``N`` did within ``wait_ms``, each write of the round that the server did
+carry out is answered with :class:`ReplicaShortfall` instead of its reply: it happened on the
+primary, but a failover now could lose it, so it is indeterminate, exactly like a write whose
+reply was lost. Reads of the round are answered as usual. One ``WAIT`` covers the whole round.
+
 Commands are packed by hiredis when it is installed (one C call per command) and by
 :func:`pack_plain` otherwise.
 """
@@ -46,7 +54,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _hiredis = None  # type: ignore[assignment]
 
 
-__all__ = ["MAX_GROUP", "GroupCalls", "pack", "pack_plain", "round_trip"]
+__all__ = ["MAX_GROUP", "GroupCalls", "ReplicaShortfall", "pack", "pack_plain", "round_trip"]
 
 MAX_GROUP = 256  # calls per pipeline
 
@@ -85,18 +93,42 @@ pack: Callable[[Sequence[str | int | float | bytes]], bytes] = (
 )
 
 
+class ReplicaShortfall(rx.RedisError):
+    """A write the primary carried out, acknowledged by fewer replicas than required in time;
+    ``reply`` is the server's reply to it (a script that refused its arguments wrote nothing, so
+    its caller may look)."""
+
+    def __init__(
+        self, acknowledged: int, required: int, wait_ms: int, refused: str = "", reply: Any = None
+    ) -> None:
+        counted = (
+            f"WAIT was refused ({refused})"
+            if refused
+            else f"{acknowledged} of the {required} replicas required acknowledged it within"
+            f" {wait_ms} ms"
+        )
+        super().__init__(f"carried out on the primary, but {counted}: a failover could lose it")
+        self.acknowledged, self.required, self.wait_ms = acknowledged, required, wait_ms
+        self.reply = reply
+
+
 @dataclass(slots=True)
 class _Call:
     script: Any  # redis-py's AsyncScript (.sha and .script, the source), None for a command
     packed: bytes
     answer: asyncio.Future[Any]
+    write: bool
 
 
 class GroupCalls:
     """The queue and flusher of one store's calls (see the module docstring)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, *, replicas: int = 0, wait_ms: int = 1_000) -> None:
+        if replicas < 0 or wait_ms < 1:
+            raise ValueError(f"replicas={replicas}, wait_ms={wait_ms}: expected ≥ 0 and ≥ 1")
         self.client = client
+        self.replicas, self.wait_ms = replicas, wait_ms
+        self._barrier = pack(("WAIT", replicas, wait_ms)) if replicas else None
         self._queue: deque[_Call] = deque()
         self._flusher: asyncio.Task[None] | None = None
         self._conn: Any = None  # made on first use
@@ -105,18 +137,19 @@ class GroupCalls:
     def submit(self, script: Any, keys: Sequence[str], args: Sequence[str | int]) -> Any:
         """Queue one ``EVALSHA`` and return the future of its reply (raises the call's error).
         Arguments that cannot be sent raise here, before anything is queued."""
-        return self._queue_call(script, pack(("EVALSHA", script.sha, len(keys), *keys, *args)))
+        packed = pack(("EVALSHA", script.sha, len(keys), *keys, *args))
+        return self._queue_call(script, packed, write=True)
 
-    def submit_command(self, *args: str | int) -> Any:
-        """Queue one plain command (``GET``, ``HMGET``, ``LRANGE``) and return the future of its
-        reply as the server sends it: redis-py's reply callbacks are not applied, so this is for
-        commands whose reply needs none."""
-        return self._queue_call(None, pack(args))
+    def submit_command(self, *args: str | int, write: bool = False) -> Any:
+        """Queue one plain command (``GET``, ``HMGET``, ``LRANGE``; ``SET``, ``RPUSH`` with
+        ``write=True``) and return the future of its reply as the server sends it: redis-py's
+        reply callbacks are not applied, so this is for commands whose reply needs none."""
+        return self._queue_call(None, pack(args), write=write)
 
-    def _queue_call(self, script: Any, packed: bytes) -> Any:
+    def _queue_call(self, script: Any, packed: bytes, *, write: bool) -> Any:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Call(script, packed, answer))
+        self._queue.append(_Call(script, packed, answer, write))
         if self._flusher is None:
             self._flusher = loop.create_task(self._flush())
         return answer
@@ -168,23 +201,45 @@ class GroupCalls:
         for call, reply in zip(group, replies, strict=True):
             answer = call.answer
             if not answer.done():
-                if isinstance(reply, rx.ResponseError):
+                if isinstance(reply, (rx.ResponseError, ReplicaShortfall)):
                     answer.set_exception(reply)
                 else:
                     answer.set_result(reply)
 
     async def _exchange(self, group: list[_Call]) -> list[Any]:
         conn = await self._connection()
-        replies = await round_trip(conn, [call.packed for call in group])
+        barrier = self._barrier if any(call.write for call in group) else None
+        packed = [call.packed for call in group]
+        replies = await round_trip(conn, [*packed, barrier] if barrier else packed)
+        acknowledged = replies.pop() if barrier else None
         again = [n for n, reply in enumerate(replies) if isinstance(reply, rx.NoScriptError)]
         if again:
             for script in {id(group[n].script): group[n].script for n in again}.values():
                 await conn.send_command("SCRIPT", "LOAD", script.script)
                 await conn.read_response()  # the sha is the source's SHA-1: unchanged
             packed = [group[n].packed for n in again]
-            for n, reply in zip(again, await round_trip(conn, packed), strict=True):
+            if barrier:  # the calls sent again wait for replicas too
+                packed.append(barrier)
+            more = await round_trip(conn, packed)
+            if barrier:
+                acknowledged = more.pop()
+            for n, reply in zip(again, more, strict=True):
                 replies[n] = reply
+        if acknowledged is not None:
+            self._check_replicas(group, replies, acknowledged)
         return replies
+
+    def _check_replicas(self, group: list[_Call], replies: list[Any], acknowledged: Any) -> None:
+        """Answer the round's carried-out writes with :class:`ReplicaShortfall` when ``WAIT``
+        counted fewer replicas than required (an error reply from ``WAIT`` itself too)."""
+        refused = str(acknowledged) if isinstance(acknowledged, rx.ResponseError) else ""
+        count = 0 if refused else int(acknowledged)
+        if count >= self.replicas:
+            return
+        for n, call in enumerate(group):
+            if call.write and not isinstance(replies[n], rx.ResponseError):
+                short = ReplicaShortfall(count, self.replicas, self.wait_ms, refused, replies[n])
+                replies[n] = short
 
     async def _connection(self) -> Any:
         """The group's own connection (made like the pool's), connected, and opened afresh if the

@@ -34,12 +34,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from accord.adapters import _store_rules as rules
-from accord.adapters._redis_group import GroupCalls
+from accord.adapters._redis_group import GroupCalls, ReplicaShortfall
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis._catalog import Catalog
 from accord.adapters.stores.redis._fanout import claim_across, list_runs
 from accord.adapters.stores.redis._scripts import ScriptCode, Scripts, commit_args
-from accord.adapters.stores.redis._server import check_server, open_client, redis_errors, split_url
+from accord.adapters.stores.redis._server import (
+    DEFAULT_REPLICA_WAIT_MS,
+    check_server,
+    open_client,
+    redis_errors,
+    split_url,
+)
 from accord.adapters.stores.redis.keys import StoreKeys
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
 from accord.errors import ConflictError, StoreError
@@ -51,14 +57,24 @@ class RedisStore(Catalog):
     """:class:`~accord.engine.ports.Store` on Redis 7 (see the module docstring)."""
 
     def __init__(
-        self, client: Any, keys: StoreKeys, clock: Clock | None = None, where: str = ""
+        self,
+        client: Any,
+        keys: StoreKeys,
+        clock: Clock | None = None,
+        where: str = "",
+        *,
+        replicas: int = 0,
+        replica_wait_ms: int = DEFAULT_REPLICA_WAIT_MS,
     ) -> None:
         self.client = client
         self.keys = keys
         self.clock: Clock = clock or SystemClock()
         self.where = where
+        self.replicas = replicas
         self.scripts = Scripts(client)
-        self.group = GroupCalls(client)
+        # every write (commits, claims, done-marks, plans, activations, announcements) goes
+        # through the group, so with replicas > 0 every write waits for them
+        self.group = GroupCalls(client, replicas=replicas, wait_ms=replica_wait_ms)
         self._checked = False
         self._check_lock = asyncio.Lock()
         self._turn = 0
@@ -66,10 +82,13 @@ class RedisStore(Catalog):
 
     @classmethod
     def from_url(cls, url: str, clock: Clock | None = None) -> RedisStore:
-        plain, prefix, shards = split_url(url)
+        opts = split_url(url)
         where = urlsplit(url).hostname or "localhost"
         where += f":{urlsplit(url).port or 6379}"
-        return cls(open_client(plain), StoreKeys(prefix, shards), clock, where)
+        keys = StoreKeys(opts.prefix, opts.shards)
+        client = open_client(opts.client_url)
+        wait_ms = opts.replica_wait_ms
+        return cls(client, keys, clock, where, replicas=opts.replicas, replica_wait_ms=wait_ms)
 
     @classmethod
     async def connect(cls, url: str, clock: Clock | None = None) -> RedisStore:
@@ -89,7 +108,7 @@ class RedisStore(Catalog):
         if not self._checked:
             async with self._check_lock:
                 if not self._checked:
-                    await check_server(self.client, self.keys, self.where)
+                    await check_server(self.client, self.keys, self.where, self.replicas)
                     self._checked = True
 
     async def load(self, run_id: str) -> StoredRun | None:
@@ -108,7 +127,12 @@ class RedisStore(Catalog):
         args = commit_args(commit, self.clock.now_ms())
         await self.ready()
         async with redis_errors("commit"):
-            reply = await self.group.submit(self.scripts.commit, keys.commit_keys(), args)
+            try:
+                reply = await self.group.submit(self.scripts.commit, keys.commit_keys(), args)
+            except ReplicaShortfall as short:
+                if int(short.reply[0]) > 0:
+                    raise
+                reply = short.reply  # refused by the script: it wrote nothing to wait for
         code = int(reply[0])
         if code > 0:
             return code

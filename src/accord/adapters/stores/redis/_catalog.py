@@ -42,9 +42,9 @@ class Catalog:
         key, text = self.keys.plan(digest), rules.dump(document, "plan")
         await self.ready()
         async with redis_errors("put_plan"):
-            if await self.client.set(key, text, nx=True):
+            if await self.group.submit_command("SET", key, text, "NX", write=True):
                 return
-            known = await self.client.get(key)
+            known = await self.group.submit_command("GET", key)
         if known != text:
             raise ImmutableArtefactError(rules.plan_changed(digest))
 
@@ -63,9 +63,10 @@ class Catalog:
         await self.ready()
         async with redis_errors("set_active"):
             # plans are never deleted, so "exists" cannot turn false before the push
-            if not await self.client.exists(plan):
+            if not await self.group.submit_command("EXISTS", plan):
                 raise StoreError(rules.unknown_plan(workflow, digest))
-            await self.client.rpush(key, json.dumps([digest, self.clock.now_ms()]))
+            row = json.dumps([digest, self.clock.now_ms()])
+            await self.group.submit_command("RPUSH", key, row, write=True)
 
     async def get_active(self, workflow: str) -> str | None:
         versions = await self.plan_versions(workflow, latest_only=True)
@@ -90,10 +91,14 @@ class Catalog:
         caps = json.dumps(list(dict.fromkeys(capabilities)))
         await self.ready()
         async with redis_errors("announce"):
-            await self.scripts.announce(
-                keys=[self.keys.announcements, self.keys.capabilities],
-                args=[worker_id, expires_at_ms, caps, expires_at_ms - _ANNOUNCE_PRUNE_MS],
-            )
+            keys = [self.keys.announcements, self.keys.capabilities]
+            args: list[str | int] = [
+                worker_id,
+                expires_at_ms,
+                caps,
+                expires_at_ms - _ANNOUNCE_PRUNE_MS,
+            ]
+            await self.group.submit(self.scripts.announce, keys, args)
 
     async def live_capabilities(self, now_ms: int) -> dict[str, list[str]]:
         await self.ready()

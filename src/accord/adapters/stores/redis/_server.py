@@ -1,14 +1,19 @@
 """Connecting to Redis: URL options, the startup checks, and error translation.
 
 ``redis://[user:password@]host:port/db?prefix=accord&shards=8`` (``rediss://`` for TLS). ``prefix``
-and ``shards`` belong to the store (see ``keys.py``); every other query option goes to redis-py
+and ``shards`` belong to the store (see ``keys.py``), and so do ``replicas`` and
+``replica_wait_ms``: with ``replicas=N`` (default 0, off) every round of writes ends with
+``WAIT N replica_wait_ms`` (default 1000), and a write fewer than ``N`` replicas acknowledged in
+time fails as indeterminate (a retryable :class:`~accord.errors.StoreError`; see
+``accord.adapters._redis_group``). Every other query option goes to redis-py
 (``socket_timeout``, ``health_check_interval``, …).
 
 Startup refuses a Redis that could lose run state silently: ``maxmemory-policy`` must be
 ``noeviction`` (an evicting Redis drops keys to make room, which for a run store means runs,
 history or outbox entries vanishing); Redis must be 7.0 or newer (script flags, stream claims);
 and the keyspace's shard count must match the one it was created with. Persistence switched off
-is allowed, for tests and caches, but logged as a warning: a restart then loses every run.
+is allowed, for tests and caches, but logged as a warning: a restart then loses every run; so is a
+primary with fewer connected replicas than ``replicas`` asks for (its writes fail until they come).
 
 Errors are translated at this edge: a connection or timeout problem becomes a retryable
 :class:`~accord.errors.StoreError`; a write refused for memory (``OOM``) becomes a retryable
@@ -20,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -29,32 +35,55 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the Redis store needs redis-py: pip install 'accord[redis]'") from exc
 
+from accord.adapters._redis_group import ReplicaShortfall
 from accord.adapters.stores.redis.keys import StoreKeys
 from accord.errors import StoreError
 
-__all__ = ["check_server", "open_client", "redis_errors", "split_url"]
+__all__ = ["StoreUrl", "check_server", "open_client", "redis_errors", "split_url"]
 
 log = logging.getLogger("accord.store.redis")
-DEFAULT_PREFIX, DEFAULT_SHARDS = "accord", 8
-_OURS = {"prefix", "shards"}
+DEFAULT_PREFIX, DEFAULT_SHARDS, DEFAULT_REPLICA_WAIT_MS = "accord", 8, 1_000
+_OURS = {"prefix", "shards", "replicas", "replica_wait_ms"}
 
 
-def split_url(url: str) -> tuple[str, str, int]:
-    """``(url for redis-py, prefix, shards)``."""
+@dataclass(frozen=True)
+class StoreUrl:
+    """A store URL taken apart: what goes to redis-py, and the store's own options."""
+
+    client_url: str
+    prefix: str = DEFAULT_PREFIX
+    shards: int = DEFAULT_SHARDS
+    replicas: int = 0
+    replica_wait_ms: int = DEFAULT_REPLICA_WAIT_MS
+
+
+def split_url(url: str) -> StoreUrl:
+    """The store's options out of ``url``; :class:`ValueError` naming the option on a bad one."""
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss"):
         raise ValueError(f"expected a redis:// or rediss:// URL, got scheme {parts.scheme!r}")
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in pairs if k in _OURS}
     rest = [(k, v) for k, v in pairs if k not in _OURS]
-    try:
-        shards = int(ours.get("shards", DEFAULT_SHARDS))
-    except ValueError:
-        raise ValueError(f"option shards={ours['shards']!r}: expected an integer") from None
-    return (
+
+    def whole(name: str, default: int, least: int | None = None) -> int:
+        text = ours.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"option {name}={text!r}: expected an integer") from None
+        if least is not None and value < least:
+            raise ValueError(f"option {name}={text!r}: expected an integer ≥ {least}")
+        return value
+
+    return StoreUrl(
         urlunsplit(parts._replace(query=urlencode(rest))),
         ours.get("prefix", DEFAULT_PREFIX),
-        shards,
+        whole("shards", DEFAULT_SHARDS),  # keys.py says which counts are allowed
+        whole("replicas", 0, 0),
+        whole("replica_wait_ms", DEFAULT_REPLICA_WAIT_MS, 1),
     )
 
 
@@ -75,6 +104,12 @@ async def redis_errors(operation: str) -> AsyncIterator[None]:
         yield
     except (rx.ConnectionError, rx.TimeoutError) as exc:
         raise StoreError(f"Redis {operation}: connection problem: {exc}", retryable=True) from exc
+    except ReplicaShortfall as exc:
+        raise StoreError(
+            f"Redis {operation}: {exc}; the outcome is indeterminate and the write is retried"
+            " (see replicas in docs/redis.md)",
+            retryable=True,
+        ) from exc
     except rx.ResponseError as exc:
         text = str(exc)
         if isinstance(exc, rx.OutOfMemoryError) or "maxmemory" in text:
@@ -88,9 +123,19 @@ async def redis_errors(operation: str) -> AsyncIterator[None]:
         raise StoreError(f"Redis {operation}: {exc}") from exc
 
 
-async def check_server(client: Any, keys: StoreKeys, where: str) -> None:
+async def check_server(client: Any, keys: StoreKeys, where: str, replicas: int = 0) -> None:
     """The startup checks of the module docstring; raises :class:`StoreError` on refusal."""
     async with redis_errors("startup check"):
+        if replicas:
+            connected = int((await client.info("replication")).get("connected_slaves", 0))
+            if connected < replicas:
+                log.warning(
+                    "Redis at %s has %d connected replicas and the store asks for replicas=%d:"
+                    " every write fails as indeterminate until enough replicas connect",
+                    where,
+                    connected,
+                    replicas,
+                )
         server = await client.info("server")
         memory = await client.info("memory")
         persistence = await client.info("persistence")
