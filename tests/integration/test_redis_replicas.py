@@ -171,8 +171,10 @@ async def test_too_few_replicas_at_startup_is_logged(
 
 
 async def test_runs_finish_once_each_across_a_replica_outage(pair: Pair) -> None:
-    """I1, I2, I12: outcomes whose commits the replica did not acknowledge are redelivered; once
-    it is back every run completes, each stage released once, and each replays to its record."""
+    """I1, I2, I12: outcomes whose commits the replica did not acknowledge are held and made
+    again (not nacked: with a delivery limit of 2, nacking would dead-letter them within the
+    outage); once it is back every run completes, each stage released once, and each replays to
+    its record."""
     clock = SystemClock()
     store = RedisStore.from_url(pair.url(prefix="eng", wait_ms=100), clock)
     failures: list[StoreError] = []
@@ -186,7 +188,7 @@ async def test_runs_finish_once_each_across_a_replica_outage(pair: Pair) -> None
             raise
 
     store.commit = counted  # type: ignore[method-assign]
-    transport = open_transport("memory://", clock=clock)
+    transport = open_transport("memory://?max_deliveries=2", clock=clock)
     plan = model_ingest_shape(name="replicated", lookup_action=True, finaliser=True)
     engine = Engine(store, transport, clock, actions=ACTIONS, poll_ms=10, owner="engine")
     await engine.register_plan(plan)
@@ -196,7 +198,7 @@ async def test_runs_finish_once_each_across_a_replica_outage(pair: Pair) -> None
         pair.freeze()  # the jobs wait on their queues; their outcomes will meet a frozen replica
         try:
             async with worker_fleet(transport):
-                await asyncio.sleep(0.35)
+                await asyncio.sleep(1.2)
                 pair.thaw()
                 await wait_terminal(store, runs)
         finally:
@@ -206,6 +208,7 @@ async def test_runs_finish_once_each_across_a_replica_outage(pair: Pair) -> None
         assert {r.status for r in finished} == {"completed"}
         assert await transport.dead_letters(engine.intake.queue) == []  # none given up on
         assert failures and all(f.retryable and "replicas" in str(f) for f in failures)
+        assert engine.intake.held > 0
         record: Any = pair.replica.client().hget(store.keys.run(runs[0]).record, "v")
         assert record is not None
     finally:
