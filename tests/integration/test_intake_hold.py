@@ -6,12 +6,15 @@ with a store that refuses commits on demand."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 from accord.adapters import open_transport
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.memory import MemoryStore
+from accord.engine.actions import ActionContext
 from accord.engine.orchestrator import Engine
 from accord.engine.ports import Commit
 from accord.errors import StoreError
@@ -61,7 +64,7 @@ async def test_an_unavailable_store_holds_outcomes_instead_of_spending_their_del
         await engine.executor.wait_idle()
         finished = await assert_drained(engine, PLAN, runs)
         assert {r.status for r in finished} == {"completed"}
-        assert store.refused == 12 and engine.intake.held >= 1
+        assert store.refused == 12 and engine.hold.held >= 1
         assert await engine.transport.dead_letters(engine.intake.queue) == []
     finally:
         await engine.stop()
@@ -71,7 +74,7 @@ async def test_an_unavailable_store_holds_outcomes_instead_of_spending_their_del
 async def test_past_hold_ms_a_delivery_is_nacked_and_counted_as_before() -> None:
     store = Unavailable(SystemClock())
     engine = await _engine(store)
-    engine.intake.hold_ms = 100
+    engine.hold.hold_ms = 100
     try:
         await engine.start_run("held", {"modelId": "m"})
         store.failing = 10**6
@@ -82,7 +85,7 @@ async def test_past_hold_ms_a_delivery_is_nacked_and_counted_as_before() -> None
                 await engine.clock.sleep(20)
         dead = await engine.transport.dead_letters(engine.intake.queue)
         assert dead and dead[0].delivery_count == 2  # held, nacked, held again, dead-lettered
-        assert engine.intake.held >= 2
+        assert engine.hold.held >= 2
     finally:
         store.failing = 0
         await engine.stop()
@@ -102,8 +105,38 @@ async def test_an_error_that_is_not_retryable_is_nacked_at_once() -> None:
                     break
                 await engine.clock.sleep(20)
         assert await engine.transport.dead_letters(engine.intake.queue)
-        assert engine.intake.held == 0
+        assert engine.hold.held == 0
     finally:
         store.failing = 0
         await engine.stop()
         await engine.transport.close()
+
+
+async def test_an_action_whose_outcome_meets_an_outage_runs_once() -> None:
+    """The action's outcome is committed again in place, so the outbox sweep (lease 300 ms here)
+    never runs the action a second time merely because the store blinked."""
+    store, clock = Unavailable(SystemClock()), SystemClock()
+    calls: list[str] = []
+
+    async def lookup(payload: dict[str, Any], ctx: ActionContext) -> dict[str, Any]:
+        calls.append(ctx.run_id)
+        store.failing = 3  # this action's own outcome meets the outage
+        return {"hit": False}
+
+    plan = model_ingest_shape(name="held-action", lookup_action=True)
+    transport = open_transport("memory://", clock=clock)
+    engine = Engine(store, transport, clock, actions={**ACTIONS, "test.lookup@1": lookup},
+                    poll_ms=10, lease_ms=300, owner="engine")  # fmt: skip
+    await engine.register_plan(plan)
+    await engine.start()
+    try:
+        run = await engine.start_run(plan.name, {"modelId": "m"})
+        async with worker_fleet(transport):
+            await wait_terminal(store, [run])
+            await asyncio.sleep(0.5)  # past the sweep's lease: a second run would show now
+        await engine.executor.wait_idle()
+        assert [r.status for r in await assert_drained(engine, plan, [run])] == ["completed"]
+        assert calls == [run] and store.refused == 3 and engine.hold.held >= 1
+    finally:
+        await engine.stop()
+        await transport.close()

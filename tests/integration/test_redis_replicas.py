@@ -208,7 +208,7 @@ async def test_runs_finish_once_each_across_a_replica_outage(pair: Pair) -> None
         assert {r.status for r in finished} == {"completed"}
         assert await transport.dead_letters(engine.intake.queue) == []  # none given up on
         assert failures and all(f.retryable and "replicas" in str(f) for f in failures)
-        assert engine.intake.held > 0
+        assert engine.hold.held > 0
         record: Any = pair.replica.client().hget(store.keys.run(runs[0]).record, "v")
         assert record is not None
     finally:

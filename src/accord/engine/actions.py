@@ -8,7 +8,9 @@ never touches the store: it turns the handler's outcome into a ``StageSucceeded`
 ``StageFailed`` event for the attempt named in the envelope and hands it to ``deliver``; the
 machine decides, by run, stage, attempt and fence, whether it still counts. Running an action
 twice (a republished outbox entry) therefore yields one effective completion (I2); handlers get
-the envelope's idempotency key for their own side effects.
+the envelope's idempotency key for their own side effects. An outcome whose commit meets a
+retryable store error is committed again in place for a while (:mod:`accord.engine.holding`), so
+a short store outage does not make the outbox sweep run the action, and its side effects, again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accord.engine.events import Event, StageFailed, StageSucceeded
+from accord.engine.holding import Hold
 from accord.errors import StageFailed as HandlerFailed
 
 __all__ = ["ActionContext", "ActionExecutor", "ActionHandler", "ActionRegistry", "attempt_of"]
@@ -75,10 +78,15 @@ class ActionExecutor:
     """Runs action handlers as tasks; ``on_done`` is told which outbox entry finished."""
 
     def __init__(
-        self, registry: ActionRegistry, deliver: Deliver, on_done: Callable[[str], None]
+        self,
+        registry: ActionRegistry,
+        deliver: Deliver,
+        on_done: Callable[[str], None],
+        hold: Hold | None = None,
     ) -> None:
         self._registry = registry
         self._deliver = deliver
+        self.hold = hold or Hold()
         self._on_done = on_done
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -151,7 +159,7 @@ class ActionExecutor:
                     message_id=f"{entry_id}:failed",
                 )
         try:
-            await self._deliver(event)
+            await self.hold.run(lambda: self._deliver(event), f"outcome of action {capability}")
         except Exception:  # not marked done: the outbox sweep runs the action again
             log.exception("outcome of action %s for run %s not committed", capability, run)
             return

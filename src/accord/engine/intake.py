@@ -33,13 +33,12 @@ A malformed member is quarantined on its own (its id, or the batch's with ``#<in
 others go on. The batch's id is derived from its members' ids (:func:`encode_batch`).
 
 **The store unavailable.** A delivery whose commit meets a retryable
-:class:`~accord.errors.StoreError` (Redis down or failing over, a write its replicas did not
-acknowledge, SQLite locked past its busy timeout) is held and processed again in place, after
-50 ms, then twice as long each time up to 1 s, for up to ``hold_ms`` (default 10 s), before it
-is nacked. Nacking at once would spend the delivery's budget in a second or so of outage, and
-past the queue's delivery limit a good outcome would be dead-lettered. While deliveries are held
-their prefetch slots stay taken, so intake stops taking more until the store answers again. An
-attempt whose commit landed but whose answer was lost is a duplicate on the next pass.
+:class:`~accord.errors.StoreError` is held and processed again in place for up to 10 s
+(:mod:`accord.engine.holding`) before it is nacked. Nacking at once would spend the delivery's
+budget in a second or so of outage, and past the queue's delivery limit a good outcome would be
+dead-lettered. While deliveries are held their prefetch slots stay taken, so intake takes nothing
+new until the store answers again. A pass whose commit landed but whose answer was lost is a
+duplicate on the next pass.
 """
 
 from __future__ import annotations
@@ -61,8 +60,8 @@ from accord.engine.events import (
     StageFailed,
     StageSucceeded,
 )
+from accord.engine.holding import Hold
 from accord.engine.ports import Delivery, Transport
-from accord.errors import StoreError
 
 __all__ = [
     "BATCH_TYPE",
@@ -196,11 +195,10 @@ class Intake:
         deliver: Callable[[Event, Delivery | None], Awaitable[bool | None]],
         *,
         queue: str = OUTCOMES_QUEUE,
-        hold_ms: int = 10_000,
+        hold: Hold | None = None,
     ) -> None:
         self._transport, self._deliver, self.queue = transport, deliver, queue
-        self.hold_ms = hold_ms  # how long a delivery is held while the store is unavailable
-        self.held = 0  # passes made again in place because the store was unavailable
+        self._hold = hold or Hold()
         self.quarantined: list[dict[str, Any]] = []
         self.processed = 0
         self._idle = asyncio.Event()
@@ -285,28 +283,9 @@ class Intake:
             if stop():
                 break
 
-    async def _holding(self, delivery: Delivery) -> None:
-        """:meth:`process`, made again in place while the store is unavailable (see the module
-        docstring); any other error, or the store still unavailable after ``hold_ms``, raises."""
-        waited_ms, pause_ms = 0, 50
-        while True:
-            try:
-                await self.process(delivery)
-                return
-            except StoreError as exc:
-                if not exc.retryable or waited_ms >= self.hold_ms:
-                    raise
-                if waited_ms == 0:
-                    log.warning("outcome %s held, the store is unavailable: %s",
-                                delivery.message_id, exc)  # fmt: skip
-            await asyncio.sleep(pause_ms / 1000)
-            self.held += 1
-            waited_ms += pause_ms
-            pause_ms = min(2 * pause_ms, 1_000)
-
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         try:
-            await self._holding(delivery)
+            await self._hold.run(lambda: self.process(delivery), f"outcome {delivery.message_id}")
         except Exception:  # not acknowledged: the transport redelivers it
             log.exception("outcome %s not processed", delivery.message_id)
             with contextlib.suppress(Exception):

@@ -52,6 +52,7 @@ from accord.engine.events import (
     StageSucceeded,
     TimerFired,
 )
+from accord.engine.holding import HOLD_MS, Hold
 from accord.engine.intake import OUTCOMES_QUEUE, Intake
 from accord.engine.joint import JointQueue, split_outbox
 from accord.engine.lifecycle import Loops
@@ -118,8 +119,12 @@ class Engine:
         observers: Sequence[Observer] = (),
         dispatch: bool = True,
         accept_linger_ms: float = 5.0,
+        store_hold_ms: int = HOLD_MS,
     ) -> None:
         self.store, self.transport, self.clock = store, transport, clock
+        # outcomes (and actions' outcomes) whose commit met a store outage are made again in
+        # place for up to store_hold_ms before they are given back (accord.engine.holding)
+        self.hold = Hold(store_hold_ms)
         self.owner = owner or f"engine-{secrets.token_hex(4)}"
         self.registry = actions if isinstance(actions, ActionRegistry) else ActionRegistry(actions)
         self._owns_ports = owns_ports
@@ -138,7 +143,7 @@ class Engine:
             busy=lambda: self._inflight > 1,
         )
         self.capabilities = Capabilities(store, clock, self.registry, self.owner)
-        self.executor = ActionExecutor(self.registry, self.deliver, self._action_done)
+        self.executor = ActionExecutor(self.registry, self.deliver, self._action_done, self.hold)
         self.dispatcher = Dispatcher(
             store, transport, clock, self.executor, sink, owner=self.owner,
             lease_ms=lease_ms, grace_ms=grace_ms, crash_at=crash_at,
@@ -146,7 +151,7 @@ class Engine:
         self.timers = TimerService(
             store, clock, self.deliver, owner=self.owner, lease_ms=lease_ms, poll_ms=poll_ms
         )
-        self.intake = Intake(transport, self._deliver_outcome, queue=outcomes_queue)
+        self.intake = Intake(transport, self._deliver_outcome, queue=outcomes_queue, hold=self.hold)
         self.result_checks = list(result_checks)
         self.reconciler = Reconciler(
             store, transport, clock, self.deliver, dispatcher=self.dispatcher, runs=self.runs,

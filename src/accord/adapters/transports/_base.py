@@ -218,8 +218,10 @@ class _Stream:
                 self._claiming = None  # finished as we were cancelled: hand it out next time
                 self._take(claiming.result())
             raise  # still running: the next call awaits the same claim
-        except BaseException:
+        except BaseException as exc:
             self._claiming = None  # failed: the next call claims afresh
+            if self._t._closed and isinstance(exc, Exception):
+                return []  # the transport closed under the claim: the stream just ends
             raise
         self._claiming = None
         return batch
