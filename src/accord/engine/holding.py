@@ -11,6 +11,10 @@ Intake uses it so that a store outage does not spend an outcome's delivery budge
 queue's limit a good outcome would be dead-lettered as poison); the action executor, so that an
 action's side effects are not repeated by the outbox sweep merely because its outcome's commit
 met an outage.
+
+Keep ``hold_ms`` below the transport's lease (``visibility_ms``, BullMQ's ``stalled_ms``; 30 s by
+default; RabbitMQ's lease is the connection's life): past it the transport hands the delivery out
+again meanwhile, which costs one delivery and loses nothing (the second pass is a duplicate).
 """
 
 from __future__ import annotations
