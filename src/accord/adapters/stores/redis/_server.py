@@ -106,7 +106,7 @@ async def redis_errors(operation: str) -> AsyncIterator[None]:
         raise StoreError(f"Redis {operation}: connection problem: {exc}", retryable=True) from exc
     except ReplicaShortfall as exc:
         raise StoreError(
-            f"Redis {operation}: {exc}; the outcome is indeterminate and the write is retried"
+            f"Redis {operation}: {exc}; the write is indeterminate, so reload before trying again"
             " (see replicas in docs/redis.md)",
             retryable=True,
         ) from exc
