@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from accord.adapters import open_store, open_transport
@@ -107,3 +108,30 @@ def test_engine_run_refuses_an_unknown_workflow_to_watch(tmp_path: Path) -> None
     result = CliRunner().invoke(app, [*args, "--state", str(tmp_path / "state")])
     assert result.exit_code == 2, result.output
     assert "no active version of workflow 'nope'" in result.output
+
+
+def test_engine_run_passes_the_store_hold_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--store-hold-ms` bounds how long intake holds an outcome while the store is unavailable
+    (accord.engine.holding); 0 nacks at once, and a negative value is a usage error."""
+    from accord.cli import engine as engine_cli
+
+    made: list[int] = []
+    from_urls = Engine.from_urls
+
+    def recording(*args: Any, **kwargs: Any) -> Engine:
+        engine = from_urls(*args, **kwargs)
+        made.append(engine.hold.hold_ms)
+        return engine
+
+    monkeypatch.setattr(engine_cli.Engine, "from_urls", recording)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    args = ["engine", "run", "--store", url, "--transport", url, "--workflow", "nope"]
+    args += ["--state", str(tmp_path / "state")]
+    for hold in ("250", "0"):
+        result = CliRunner().invoke(app, [*args, "--store-hold-ms", hold])
+        assert result.exit_code == 2 and "no active version" in result.output  # stops early
+    assert made == [250, 0]
+    refused = CliRunner().invoke(app, [*args, "--store-hold-ms", "-1"])
+    assert refused.exit_code == 2 and not made[2:]

@@ -49,6 +49,12 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     accept_linger_ms: Annotated[
         float, typer.Option(min=0, help="how long news of an attempt may wait to share a commit")
     ] = 5.0,
+    store_hold_ms: Annotated[
+        int,
+        typer.Option(
+            min=0, help="how long an outcome waits for an unavailable store before it is nacked"
+        ),
+    ] = 10_000,
     loop: LoopOpt = "auto",
 ) -> None:
     """Run the engine until interrupted."""
@@ -57,7 +63,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     async def serve() -> None:
         engine = Engine.from_urls(
             store, transport, owner=owner, poll_ms=poll_ms, lease_ms=lease_ms, grace_ms=grace_ms,
-            accept_linger_ms=accept_linger_ms,
+            accept_linger_ms=accept_linger_ms, store_hold_ms=store_hold_ms,
         )  # fmt: skip
         if platform:
             await _with_platform(engine, state, contracts, workflow or [])
