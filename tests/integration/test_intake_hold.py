@@ -16,7 +16,7 @@ from accord.adapters.clock import SystemClock
 from accord.adapters.stores.memory import MemoryStore
 from accord.engine.actions import ActionContext
 from accord.engine.orchestrator import Engine
-from accord.engine.ports import Commit
+from accord.engine.ports import Commit, Delivery
 from accord.errors import StoreError
 from accord.testing.plans import model_ingest_shape
 
@@ -53,6 +53,19 @@ async def _engine(store: Unavailable) -> Engine:
     return engine
 
 
+async def _dead_letters_while_refused(engine: Engine, store: Unavailable) -> list[Delivery]:
+    """Start a run, refuse every commit from then on, and wait (up to 4 s) for its outcomes to
+    reach the outcome queue's dead letters; returns them."""
+    await engine.start_run("held", {"modelId": "m"})
+    store.failing = 10**6
+    async with worker_fleet(engine.transport):
+        for _ in range(200):
+            if await engine.transport.dead_letters(engine.intake.queue):
+                break
+            await engine.clock.sleep(20)
+    return await engine.transport.dead_letters(engine.intake.queue)
+
+
 async def test_an_unavailable_store_holds_outcomes_instead_of_spending_their_deliveries() -> None:
     store = Unavailable(SystemClock())
     engine = await _engine(store)
@@ -76,14 +89,7 @@ async def test_past_hold_ms_a_delivery_is_nacked_and_counted_as_before() -> None
     engine = await _engine(store)
     engine.hold.hold_ms = 100
     try:
-        await engine.start_run("held", {"modelId": "m"})
-        store.failing = 10**6
-        async with worker_fleet(engine.transport):
-            for _ in range(200):
-                if await engine.transport.dead_letters(engine.intake.queue):
-                    break
-                await engine.clock.sleep(20)
-        dead = await engine.transport.dead_letters(engine.intake.queue)
+        dead = await _dead_letters_while_refused(engine, store)
         assert dead and dead[0].delivery_count == 2  # held, nacked, held again, dead-lettered
         assert engine.hold.held >= 2
     finally:
@@ -97,14 +103,7 @@ async def test_an_error_that_is_not_retryable_is_nacked_at_once() -> None:
     store.retryable = False
     engine = await _engine(store)
     try:
-        await engine.start_run("held", {"modelId": "m"})
-        store.failing = 10**6
-        async with worker_fleet(engine.transport):
-            for _ in range(200):
-                if await engine.transport.dead_letters(engine.intake.queue):
-                    break
-                await engine.clock.sleep(20)
-        assert await engine.transport.dead_letters(engine.intake.queue)
+        assert await _dead_letters_while_refused(engine, store)
         assert engine.hold.held == 0
     finally:
         store.failing = 0

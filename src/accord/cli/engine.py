@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from accord.cli._common import LoopOpt, console, emit_json, pick_loop
+from accord.engine.holding import HOLD_MS
 from accord.engine.orchestrator import Engine
 from accord.loop import run as run_on_loop
 
@@ -54,7 +55,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         typer.Option(
             min=0, help="how long an outcome waits for an unavailable store before it is nacked"
         ),
-    ] = 10_000,
+    ] = HOLD_MS,
     loop: LoopOpt = "auto",
 ) -> None:
     """Run the engine until interrupted."""

@@ -159,7 +159,7 @@ class ActionExecutor:
                     message_id=f"{entry_id}:failed",
                 )
         try:
-            await self.hold.run(lambda: self._deliver(event), f"outcome of action {capability}")
+            await self.hold.run(lambda: self._deliver(event), "outcome of action %s", capability)
         except Exception:  # not marked done: the outbox sweep runs the action again
             log.exception("outcome of action %s for run %s not committed", capability, run)
             return

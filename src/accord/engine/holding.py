@@ -40,9 +40,10 @@ class Hold:
         self.hold_ms = hold_ms
         self.held = 0  # passes made again because the store was unavailable
 
-    async def run(self, call: Callable[[], Awaitable[T]], what: str) -> T:
+    async def run(self, call: Callable[[], Awaitable[T]], what: str, *args: object) -> T:
         """``await call()``, made again while it raises a retryable StoreError, for up to
-        ``hold_ms``; ``what`` names the work in the one warning logged per hold."""
+        ``hold_ms``; ``what % args`` names the work in the one warning logged per hold (formatted
+        only then: the call that succeeds, the common case, formats nothing)."""
         waited_ms, pause_ms = 0, FIRST_PAUSE_MS
         while True:
             try:
@@ -51,7 +52,7 @@ class Hold:
                 if not exc.retryable or waited_ms >= self.hold_ms:
                     raise
                 if waited_ms == 0:
-                    log.warning("%s held, the store is unavailable: %s", what, exc)
+                    log.warning(what + " held, the store is unavailable: %s", *args, exc)
             await asyncio.sleep(pause_ms / 1000)
             self.held += 1
             waited_ms += pause_ms

@@ -285,7 +285,7 @@ class Intake:
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         try:
-            await self._hold.run(lambda: self.process(delivery), f"outcome {delivery.message_id}")
+            await self._hold.run(lambda: self.process(delivery), "outcome %s", delivery.message_id)
         except Exception:  # not acknowledged: the transport redelivers it
             log.exception("outcome %s not processed", delivery.message_id)
             with contextlib.suppress(Exception):
