@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml $(wildcard workers/*/pyproject.toml)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -e workers/metadata-extract -e workers/thumbnail-render -e workers/semantic-analyse
+	$(PY) -m pip install -q -e '.[dev]' -e workers/meshes -e workers/metadata-extract -e workers/thumbnail-render -e workers/semantic-analyse
 	@touch $(STAMP)
 
 setup: $(STAMP)

@@ -29,12 +29,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from accord.cli.demo import model_files, reference_workers
+from accord.cli._demo_run import reference_workers
+from accord.cli.demo import model_files
 from accord.cli.workflow import compile_file
 from accord.contracts.catalog import Catalog
 from accord.contracts.fixture_values import message_of
 from accord.contracts.sources import load_catalog
-from accord.engine.orchestrator import Delivered
+from accord.engine.runtime.orchestrator import Delivered
 from accord.loop import run as run_loop
 from accord.worker import Context, Worker
 from accord.worker.fleet import ingest_stack, wait_terminal

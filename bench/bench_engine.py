@@ -43,9 +43,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from accord.adapters import open_engine
 from accord.adapters.clock import SystemClock
-from accord.engine.events import StageAccepted, StageSucceeded
-from accord.engine.orchestrator import Delivered, Engine
+from accord.engine.machine.events import StageAccepted, StageSucceeded
+from accord.engine.runtime.orchestrator import Delivered, Engine, EngineOptions
 from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import run_noop_worker
@@ -155,8 +156,12 @@ async def _measure(
 ) -> dict[str, Any]:
     clock = SystemClock()
     tracker = _Tracker()
-    engine = Engine.from_urls(
-        store_url, transport_url, clock, poll_ms=20, observers=[tracker.transition]
+    engine = open_engine(
+        store_url,
+        transport_url,
+        clock,
+        options=EngineOptions(poll_ms=20),
+        observers=[tracker.transition],
     )
     transport = engine.transport
     calls = _count_database_calls(engine)
@@ -217,7 +222,7 @@ async def _direct(url: str, n: int) -> dict[str, float]:
     """Commit-per-transition speed of the shell alone: runs driven by calling ``deliver``
     (accepted, succeeded for each stage) with hand-off switched off, so every transition is
     exactly one store commit: the figure to set against the raw SQLite loop."""
-    engine = Engine.from_urls(url, url, SystemClock(), dispatch=False)
+    engine = open_engine(url, url, SystemClock(), options=EngineOptions(dispatch=False))
     await engine.register_plan(PLAN)
     try:
         cpu0, t0 = time.process_time(), time.perf_counter()

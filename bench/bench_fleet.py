@@ -56,8 +56,9 @@ from typing import Any
 
 import redis
 
+from accord.adapters import open_engine
 from accord.adapters.clock import SystemClock
-from accord.engine.orchestrator import Engine
+from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.loop import run as run_loop
 from bench.bench_engine import PLAN, _pct, _Tracker
 from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
@@ -315,8 +316,12 @@ async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then
     tracker = _Tracker()
     load_start = os.getloadavg()[0]
     async with keyspace(broker, declared) as (store_url, transport_url):
-        engine = Engine.from_urls(
-            store_url, transport_url, SystemClock(), poll_ms=20, observers=[tracker.transition]
+        engine = open_engine(
+            store_url,
+            transport_url,
+            SystemClock(),
+            options=EngineOptions(poll_ms=20),
+            observers=[tracker.transition],
         )
         await engine.register_plan(PLAN)
         await engine.start()

@@ -20,8 +20,9 @@ import tempfile
 import time
 from typing import Any
 
+from accord.adapters import open_engine
 from accord.adapters.clock import SystemClock
-from accord.engine.orchestrator import Delivered, Engine
+from accord.engine.runtime.orchestrator import Delivered, EngineOptions
 from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import run_noop_worker
@@ -38,7 +39,9 @@ async def _rate(url: str, slots: int, n: int) -> float:
             done.add(delivered.run_id)
             changed.set()
 
-    engine = Engine.from_urls(url, url, SystemClock(), poll_ms=20, observers=[observe])
+    engine = open_engine(
+        url, url, SystemClock(), options=EngineOptions(poll_ms=20), observers=[observe]
+    )
     await engine.register_plan(PLAN)
     await engine.start()
     stop = asyncio.Event()

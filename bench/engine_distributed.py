@@ -27,8 +27,8 @@ from pathlib import Path
 import aio_pika
 import redis
 
-from accord.engine.intake import OUTCOMES_QUEUE
-from accord.engine.outbox import control_queue
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.outbox import control_queue
 from accord.testing.plans import QUEUES
 
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 15

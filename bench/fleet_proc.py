@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from accord.adapters import open_transport
+from accord.adapters import open_engine, open_transport
 from accord.adapters.clock import SystemClock
-from accord.engine.orchestrator import Delivered, Engine
+from accord.engine.runtime.orchestrator import Delivered, EngineOptions
 from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES
 from accord.worker import AcceptanceLog, Context, Runtime, Worker
@@ -116,7 +116,7 @@ async def engine(store_url: str, transport_url: str, out: Path) -> None:
             reported.add(done.run_id)
             _say(f"done {done.run_id} {time.perf_counter()!r}")
 
-    accord = Engine.from_urls(store_url, transport_url, SystemClock(), poll_ms=20)
+    accord = open_engine(store_url, transport_url, SystemClock(), options=EngineOptions(poll_ms=20))
     accord.observers.append(report)
     stop = asyncio.Event()
     _stop_on(stop)

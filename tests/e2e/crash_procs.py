@@ -15,9 +15,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from accord.adapters import open_transport
-from accord.engine.actions import ActionContext
-from accord.engine.orchestrator import Engine
+from accord.adapters import open_engine, open_transport
+from accord.engine.runtime.actions import ActionContext
+from accord.engine.runtime.orchestrator import EngineOptions
 from accord.testing.plans import QUEUES
 from accord.testing.workers import run_noop_worker
 
@@ -42,7 +42,9 @@ async def _until_term() -> None:
 
 
 async def engine(url: str) -> None:
-    e = Engine.from_urls(url, url, actions=ACTIONS, poll_ms=20, lease_ms=1_000, grace_ms=300)
+    e = open_engine(
+        url, url, options=EngineOptions(poll_ms=20, lease_ms=1_000, grace_ms=300), actions=ACTIONS
+    )
     await e.start()
     print("ready", flush=True)
     await _until_term()

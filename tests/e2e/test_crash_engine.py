@@ -20,9 +20,9 @@ import pytest
 
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
-from accord.engine.orchestrator import Engine
-from accord.engine.replay import replay
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.machine.replay import replay
+from accord.engine.machine.state import HistoryEntry, RunState
+from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.testing.invariants import assert_i1_terminal, assert_run_invariants
 from accord.testing.plans import QUEUES, model_ingest_shape
 
@@ -71,9 +71,12 @@ async def _start_runs(url: str) -> list[str]:
     """Start runs without publishing anything: the engine process's sweep hands them off."""
     clock = SystemClock()
     setup = Engine(
-        open_store(url, clock=clock), open_transport(url, clock=clock), clock,
-        dispatch=False, owns_ports=True,
-    )  # fmt: skip
+        open_store(url, clock=clock),
+        open_transport(url, clock=clock),
+        clock,
+        options=EngineOptions(dispatch=False),
+        owns_ports=True,
+    )
     try:
         await setup.register_plan(PLAN)
         return [await setup.start_run(PLAN.name, {"modelId": f"m{i}"}) for i in range(RUNS)]

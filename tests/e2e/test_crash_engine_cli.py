@@ -16,9 +16,9 @@ import pytest
 
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
-from accord.engine.orchestrator import Engine
-from accord.engine.replay import replay
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.machine.replay import replay
+from accord.engine.machine.state import HistoryEntry, RunState
+from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import run_noop_worker
 
@@ -46,9 +46,12 @@ async def test_engine_run_command_serves_runs_and_stops_gracefully(tmp_path: Pat
     log = tmp_path / "engine.log"
     clock = SystemClock()
     setup = Engine(
-        open_store(url, clock=clock), open_transport(url, clock=clock), clock,
-        dispatch=False, owns_ports=True,
-    )  # fmt: skip
+        open_store(url, clock=clock),
+        open_transport(url, clock=clock),
+        clock,
+        options=EngineOptions(dispatch=False),
+        owns_ports=True,
+    )
     await setup.register_plan(PLAN)
     runs = [await setup.start_run(PLAN.name, {"modelId": f"m{i}"}) for i in range(5)]
     await setup.stop()

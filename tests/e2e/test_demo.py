@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from accord.adapters import open_store
 from accord.cli import app
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.machine.state import HistoryEntry, RunState
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ("cube.3mf", "plate-with-hole.stl")

@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from accord.adapters import open_store
 from accord.cli import app
-from accord.engine.intake import OUTCOMES_QUEUE
-from accord.engine.outbox import control_queue
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.machine.state import HistoryEntry, RunState
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.outbox import control_queue
 
 BROKER = "amqp://guest:guest@127.0.0.1:5672/"
 QUEUES = ("rendering", "analysis", "metadata")

@@ -9,11 +9,11 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from accord.engine.actions import ActionContext
-from accord.engine.orchestrator import Engine
+from accord.engine.machine.replay import replay
+from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.ports import Store, Transport
-from accord.engine.replay import replay
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.runtime.actions import ActionContext
+from accord.engine.runtime.orchestrator import Engine
 from accord.testing.invariants import assert_i1_terminal, assert_run_invariants
 from accord.testing.plans import QUEUES
 from accord.testing.workers import run_noop_worker

@@ -31,10 +31,10 @@ from scale_out_support import QUEUES
 
 from accord.adapters.transports.bullmq import BullmqTransport
 from accord.adapters.transports.rabbitmq import RabbitmqTransport
-from accord.engine.intake import OUTCOMES_QUEUE
-from accord.engine.outbox import control_queue
+from accord.engine.machine.state import RunState
 from accord.engine.ports import Store, Transport
-from accord.engine.state import RunState
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.outbox import control_queue
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root

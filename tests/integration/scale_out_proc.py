@@ -1,8 +1,8 @@
 """The scale-out soak's child programs: ``python scale_out_proc.py engine|worker ARGS``.
 
 ``engine STORE TRANSPORT PLAN_JSON OWNER COUNT RUN_PREFIX GO_FILE`` — an engine process
-(``Engine.from_urls`` with the no-op platform actions), which registers the compiled plan, starts,
-prints ``ready``, waits for ``GO_FILE`` to exist, starts ``COUNT`` runs with ids
+(``accord.adapters.open_engine`` with the no-op platform actions), which registers the compiled
+plan, starts, prints ``ready``, waits for ``GO_FILE`` to exist, starts ``COUNT`` runs with ids
 ``run_<RUN_PREFIX><n>`` and then serves until SIGTERM, when it stops gracefully and prints its
 counters as one JSON line.
 
@@ -22,7 +22,8 @@ from pathlib import Path
 
 from scale_out_support import FaultyTransport, noop_actions, noop_worker
 
-from accord.adapters import open_transport
+from accord.adapters import open_engine, open_transport
+from accord.engine.runtime.orchestrator import EngineOptions
 from accord.loop import run as run_loop
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.runtime import Runtime
@@ -40,11 +41,12 @@ def _stop_on_signals() -> asyncio.Event:
 async def engine_main(  # noqa: PLR0917 - one positional per command-line argument
     store: str, transport: str, plan_path: str, owner: str, count: str, prefix: str, go: str
 ) -> None:
-    from accord.engine.orchestrator import Engine  # here: workers restart faster without it
 
     stop = _stop_on_signals()
     plan = Plan.from_json(json.loads(Path(plan_path).read_text()))
-    engine = Engine.from_urls(store, transport, actions=noop_actions(), owner=owner, poll_ms=20)
+    engine = open_engine(
+        store, transport, options=EngineOptions(owner=owner, poll_ms=20), actions=noop_actions()
+    )
     await engine.register_plan(plan)
     await engine.start()
     print("ready", flush=True)

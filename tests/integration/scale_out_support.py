@@ -31,8 +31,8 @@ from typing import Any
 
 from redis import asyncio as aioredis
 
-from accord.engine.actions import ActionContext, ActionHandler
 from accord.engine.ports import Delivery, Transport
+from accord.engine.runtime.actions import ActionContext, ActionHandler
 from accord.worker.sdk import Context, Worker
 
 __all__ = [

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from accord.adapters import open_store, open_transport
+from accord.adapters import open_engine, open_store, open_transport
 from accord.adapters.clock import SystemClock
 from accord.cli import app
-from accord.engine.events import StageAccepted, StageSucceeded
-from accord.engine.orchestrator import Engine
+from accord.engine.machine.events import StageAccepted, StageSucceeded
+from accord.engine.runtime.orchestrator import Engine
 from accord.testing.plans import model_ingest_shape
 
 PLAN = model_ingest_shape(name="cli-shape")
@@ -90,7 +90,7 @@ def test_engine_run_hosts_the_platform_actions(tmp_path: Path) -> None:
 
     async def go() -> list[str]:
         url = f"sqlite:///{tmp_path / 'p.db'}"
-        engine = Engine.from_urls(url, url)
+        engine = open_engine(url, url)
         try:
             await _with_platform(engine, tmp_path / "state", Path("schemas/contracts"), [])
             return engine.registry.capabilities()
@@ -114,18 +114,18 @@ def test_engine_run_passes_the_store_hold_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`--store-hold-ms` bounds how long intake holds an outcome while the store is unavailable
-    (accord.engine.holding); 0 nacks at once, and a negative value is a usage error."""
+    (accord.engine.runtime.holding); 0 nacks at once, and a negative value is a usage error."""
     from accord.cli import engine as engine_cli
 
     made: list[int] = []
-    from_urls = Engine.from_urls
+    opened = engine_cli.open_engine
 
     def recording(*args: Any, **kwargs: Any) -> Engine:
-        engine = from_urls(*args, **kwargs)
+        engine = opened(*args, **kwargs)
         made.append(engine.hold.hold_ms)
         return engine
 
-    monkeypatch.setattr(engine_cli.Engine, "from_urls", recording)
+    monkeypatch.setattr(engine_cli, "open_engine", recording)
     url = f"sqlite:///{tmp_path / 'h.db'}"
     args = ["engine", "run", "--store", url, "--transport", url, "--workflow", "nope"]
     args += ["--state", str(tmp_path / "state")]

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from engine_shell_support import assert_drained, wait_terminal, worker_fleet
 
-from accord.adapters import open_transport
+from accord.adapters import open_engine, open_transport
 from accord.adapters._sqlite import Database
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports.embedded import EmbeddedTransport
-from accord.engine.intake import OUTCOMES_QUEUE
-from accord.engine.orchestrator import Engine
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.orchestrator import EngineOptions
 from accord.errors import StoreError
 from accord.testing.plans import QUEUES, model_ingest_shape
 from accord.testing.workers import outcome
@@ -36,7 +36,7 @@ def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 async def test_the_commit_itself_queues_the_job_and_the_outbox_stays_empty(tmp_path: Path) -> None:
     db = tmp_path / "joint.db"
-    engine = Engine.from_urls(f"sqlite:///{db}", f"sqlite:///{db}", SystemClock())
+    engine = open_engine(f"sqlite:///{db}", f"sqlite:///{db}", SystemClock())
     published = engine.dispatcher.published
     try:
         await engine.register_plan(PLAN)
@@ -54,7 +54,9 @@ async def test_the_commit_itself_queues_the_job_and_the_outbox_stays_empty(tmp_p
 
 async def test_outcomes_are_acknowledged_by_the_commit_of_their_event(tmp_path: Path) -> None:
     db = tmp_path / "ack.db"
-    engine = Engine.from_urls(f"sqlite:///{db}", f"sqlite:///{db}", SystemClock(), poll_ms=20)
+    engine = open_engine(
+        f"sqlite:///{db}", f"sqlite:///{db}", SystemClock(), options=EngineOptions(poll_ms=20)
+    )
     transport = engine.transport
     assert isinstance(transport, EmbeddedTransport)
     writes: list[str] = []

@@ -11,7 +11,7 @@ from engine_shell_support import ACTIONS, assert_drained, wait_terminal, worker_
 
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
-from accord.engine.orchestrator import Engine
+from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.testing.plans import model_ingest_shape
 
 
@@ -28,7 +28,9 @@ async def test_model_ingest_shape_runs_complete_and_drain(kind: str, tmp_path: P
     clock = SystemClock()
     store = open_store(store_url, clock=clock)
     transport = open_transport(transport_url, clock=clock)
-    engine = Engine(store, transport, clock, actions=ACTIONS, poll_ms=10, owns_ports=True)
+    engine = Engine(
+        store, transport, clock, options=EngineOptions(poll_ms=10), actions=ACTIONS, owns_ports=True
+    )
     plan = model_ingest_shape(lookup_action=True, finaliser=True)
     await engine.register_plan(plan)
     await engine.start()
@@ -54,10 +56,16 @@ async def test_two_engine_processes_share_one_sqlite_store(tmp_path: Path) -> No
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     plan = model_ingest_shape(name="shared", lookup_action=True, finaliser=True)
     engines = [
-        Engine(open_store(url), open_transport(url), SystemClock(), actions=ACTIONS,
-               poll_ms=10, owns_ports=True, owner=f"engine-{i}")
+        Engine(
+            open_store(url),
+            open_transport(url),
+            SystemClock(),
+            options=EngineOptions(poll_ms=10, owner=f"engine-{i}"),
+            actions=ACTIONS,
+            owns_ports=True,
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     await engines[0].register_plan(plan)
     for engine in engines:
         await engine.start()

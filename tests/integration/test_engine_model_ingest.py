@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from engine_shell_support import assert_drained, wait_terminal
 
+from accord.adapters import open_engine
 from accord.cli.workflow import compile_file
 from accord.contracts.catalog import Catalog
 from accord.contracts.fixture_values import message_of
 from accord.contracts.sources import load_catalog
-from accord.engine.actions import ActionContext, ActionHandler
-from accord.engine.checks import contract_result_check
-from accord.engine.orchestrator import Engine
+from accord.engine.runtime.actions import ActionContext, ActionHandler
+from accord.engine.runtime.checks import contract_result_check
+from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.testing.workers import run_noop_worker
 from accord.workflow.admission import admit
 from accord.workflow.plan import Plan, TaskStage
@@ -69,10 +70,13 @@ async def _run_model_ingest(
     async def work(envelope: Mapping[str, Any]) -> dict[str, Any]:
         return by_stage[str(envelope["stage"])]
 
-    engine = Engine.from_urls(
-        url, url, actions=_actions(plan, catalog, hit), poll_ms=10,
+    engine = open_engine(
+        url,
+        url,
+        options=EngineOptions(poll_ms=10),
+        actions=_actions(plan, catalog, hit),
         result_checks=[contract_result_check(catalog)],
-    )  # fmt: skip
+    )
     await engine.announce(
         "fleet-1", [*sorted(_worker_refs(plan)), *engine.registry.capabilities()], 60_000
     )

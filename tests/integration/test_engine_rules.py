@@ -1,4 +1,5 @@
-"""One named test per rule of the engine shell (ARCHITECTURE §4 "The shell", RELIABILITY I1–I7).
+"""One named test per rule of the engine shell (docs/architecture.md §4 "The shell",
+docs/reliability.md I1–I7).
 
 Most run on the testing harness (memory store and queue, fake clock); the multi-engine rules run
 two engines on one SQLite file, as two processes would.
@@ -13,13 +14,13 @@ from typing import Any
 
 from engine_shell_support import ACTIONS
 
-from accord.adapters import open_store, open_transport
-from accord.engine.actions import ActionContext
-from accord.engine.effects import DispatchJob, EmitTelemetry
-from accord.engine.events import StageSucceeded
-from accord.engine.ids import timer_id
-from accord.engine.orchestrator import Engine
+from accord.adapters import open_engine, open_store, open_transport
+from accord.engine.machine.effects import DispatchJob, EmitTelemetry
+from accord.engine.machine.events import StageSucceeded
+from accord.engine.machine.ids import timer_id
 from accord.engine.ports import Commit
+from accord.engine.runtime.actions import ActionContext
+from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.errors import StageFailed, TransportError
 from accord.testing.clock import FakeClock
 from accord.testing.harness import EngineHarness
@@ -99,10 +100,16 @@ async def test_i6_timer_claimed_once_with_two_engines(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'two.db'}"
     clock = FakeClock()
     engines = [
-        Engine(open_store(url, clock=clock), open_transport(url, clock=clock), clock,
-               actions=ACTIONS, owner=f"e{i}", owns_ports=True)
+        Engine(
+            open_store(url, clock=clock),
+            open_transport(url, clock=clock),
+            clock,
+            options=EngineOptions(owner=f"e{i}"),
+            actions=ACTIONS,
+            owns_ports=True,
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     try:
         await engines[0].register_plan(PLAN)
         runs = [await engines[i % 2].start_run(PLAN.name, {"modelId": f"m{i}"}) for i in range(6)]
@@ -123,11 +130,13 @@ async def test_i6_timer_claimed_once_with_two_engines(tmp_path: Path) -> None:
 
 async def test_i7_stranded_outbox_entry_republished_by_reconciler() -> None:
     async with EngineHarness(actions=ACTIONS) as h:
-        crashed = Engine(h.store, h.transport, h.clock, dispatch=False)  # commits, never publishes
+        crashed = Engine(
+            h.store, h.transport, h.clock, options=EngineOptions(dispatch=False)
+        )  # commits, never publishes
         await crashed.register_plan(PLAN)
         run = await crashed.start_run(PLAN.name, {"modelId": "m1"})
         assert await h.jobs("render") == []
-        restarted = Engine(h.store, h.transport, h.clock, grace_ms=5_000)
+        restarted = Engine(h.store, h.transport, h.clock, options=EngineOptions(grace_ms=5_000))
         assert (await restarted.reconcile()).republished == 0  # too young: maybe in flight
         h.clock.advance(5_001)
         stranded = await h.outbox()
@@ -236,7 +245,9 @@ async def test_graceful_shutdown_finishes_in_flight_action(tmp_path: Path) -> No
 
     url = f"sqlite:///{tmp_path / 'stop.db'}"
     plan = model_ingest_shape(name="slow-lookup", lookup_action=True)
-    engine = Engine.from_urls(url, url, actions={"test.lookup@1": slow}, poll_ms=10)
+    engine = open_engine(
+        url, url, options=EngineOptions(poll_ms=10), actions={"test.lookup@1": slow}
+    )
     await engine.register_plan(plan)
     await engine.start()
     run = await engine.start_run(plan.name, {"modelId": "m1"})

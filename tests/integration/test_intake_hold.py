@@ -14,9 +14,9 @@ from typing import Any
 from accord.adapters import open_transport
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.memory import MemoryStore
-from accord.engine.actions import ActionContext
-from accord.engine.orchestrator import Engine
 from accord.engine.ports import Commit, Delivery
+from accord.engine.runtime.actions import ActionContext
+from accord.engine.runtime.orchestrator import Engine
 from accord.errors import StoreError
 from accord.testing.plans import model_ingest_shape
 
@@ -24,6 +24,8 @@ HERE = str(Path(__file__).resolve().parent)
 if HERE not in sys.path:  # tests/integration is no package: reach its helpers by path
     sys.path.insert(0, HERE)
 from engine_shell_support import ACTIONS, assert_drained, wait_terminal, worker_fleet  # noqa: E402
+
+from accord.engine.runtime.orchestrator import EngineOptions  # noqa: E402
 
 
 class Unavailable(MemoryStore):
@@ -47,7 +49,9 @@ PLAN = model_ingest_shape(name="held")
 async def _engine(store: Unavailable) -> Engine:
     clock = SystemClock()
     transport = open_transport("memory://?max_deliveries=2", clock=clock)
-    engine = Engine(store, transport, clock, actions=ACTIONS, poll_ms=10, owner="engine")
+    engine = Engine(
+        store, transport, clock, options=EngineOptions(poll_ms=10, owner="engine"), actions=ACTIONS
+    )
     await engine.register_plan(PLAN)
     await engine.start()
     return engine
@@ -124,8 +128,13 @@ async def test_an_action_whose_outcome_meets_an_outage_runs_once() -> None:
 
     plan = model_ingest_shape(name="held-action", lookup_action=True)
     transport = open_transport("memory://", clock=clock)
-    engine = Engine(store, transport, clock, actions={**ACTIONS, "test.lookup@1": lookup},
-                    poll_ms=10, lease_ms=300, owner="engine")  # fmt: skip
+    engine = Engine(
+        store,
+        transport,
+        clock,
+        options=EngineOptions(poll_ms=10, lease_ms=300, owner="engine"),
+        actions={**ACTIONS, "test.lookup@1": lookup},
+    )
     await engine.register_plan(plan)
     await engine.start()
     try:

@@ -1,5 +1,5 @@
-"""Outcome batches at the engine's intake (accord.engine.intake): each member is taken exactly as
-if it had come alone, and the batch is settled once, as a whole.
+"""Outcome batches at the engine's intake (accord.engine.runtime.intake): each member is taken
+exactly as if it had come alone, and the batch is settled once, as a whole.
 
 On the testing harness (memory store and queue); the joint case runs the engine and a worker on
 one SQLite file, where a lone outcome is acknowledged by its own commit.
@@ -12,12 +12,12 @@ from pathlib import Path
 
 from engine_shell_support import ACTIONS, assert_drained, wait_terminal
 
-from accord.adapters import open_transport
+from accord.adapters import open_engine, open_transport
 from accord.adapters.clock import SystemClock
-from accord.engine.effects import DispatchJob
-from accord.engine.events import StageAccepted, StageSucceeded
-from accord.engine.intake import OUTCOMES_QUEUE, encode_batch
-from accord.engine.orchestrator import Engine
+from accord.engine.machine.effects import DispatchJob
+from accord.engine.machine.events import StageAccepted, StageSucceeded
+from accord.engine.runtime.intake import OUTCOMES_QUEUE, encode_batch
+from accord.engine.runtime.orchestrator import EngineOptions
 from accord.testing.harness import EngineHarness
 from accord.testing.invariants import assert_run_invariants
 from accord.testing.plans import model_ingest_shape
@@ -114,7 +114,9 @@ async def test_batches_on_the_joint_queue_are_acknowledged_by_intake(tmp_path: P
     batch is settled once, after all its members are committed."""
     db = tmp_path / "joint.db"
     plan = model_ingest_shape(name="joint-batches")
-    engine = Engine.from_urls(f"sqlite:///{db}", f"sqlite:///{db}", SystemClock(), poll_ms=10)
+    engine = open_engine(
+        f"sqlite:///{db}", f"sqlite:///{db}", SystemClock(), options=EngineOptions(poll_ms=10)
+    )
     worker = open_transport(f"sqlite:///{db}")
     try:
         await engine.register_plan(plan)

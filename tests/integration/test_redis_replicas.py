@@ -24,8 +24,8 @@ import pytest
 from accord.adapters import open_transport
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis import RedisStore
-from accord.engine.orchestrator import Engine
 from accord.engine.ports import Commit, OutboxEntry, StoredRun
+from accord.engine.runtime.orchestrator import Engine
 from accord.errors import ConflictError, StoreError
 from accord.testing.plans import model_ingest_shape
 
@@ -36,6 +36,8 @@ for path in (ROOT, HERE):  # tests/integration is no package: reach its helpers 
         sys.path.insert(0, path)
 from engine_shell_support import ACTIONS, assert_drained, wait_terminal, worker_fleet  # noqa: E402
 from tests.services import PrivateRedis  # noqa: E402
+
+from accord.engine.runtime.orchestrator import EngineOptions  # noqa: E402
 
 
 class Pair:
@@ -52,6 +54,9 @@ class Pair:
         while self.primary.client().info("replication").get("slave0", {}).get("state") != "online":
             assert time.monotonic() < deadline, "the replica did not connect"
             time.sleep(0.05)
+        # online is not yet acknowledging: one WAIT round trip, so the tests' short
+        # replica_wait_ms measures the replica they freeze, not its first sync
+        assert self.primary.client().wait(1, 20_000) == 1, "the replica does not acknowledge"
 
     def url(self, prefix: str = "acc", replicas: int = 1, wait_ms: int = 150) -> str:
         return f"{self.primary.url(prefix)}&replicas={replicas}&replica_wait_ms={wait_ms}"
@@ -190,7 +195,9 @@ async def test_runs_finish_once_each_across_a_replica_outage(pair: Pair) -> None
     store.commit = counted  # type: ignore[method-assign]
     transport = open_transport("memory://?max_deliveries=2", clock=clock)
     plan = model_ingest_shape(name="replicated", lookup_action=True, finaliser=True)
-    engine = Engine(store, transport, clock, actions=ACTIONS, poll_ms=10, owner="engine")
+    engine = Engine(
+        store, transport, clock, options=EngineOptions(poll_ms=10, owner="engine"), actions=ACTIONS
+    )
     await engine.register_plan(plan)
     await engine.start()
     try:

@@ -22,9 +22,9 @@ import pytest
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis import RedisStore
-from accord.engine.encoding import EncodedDoc
-from accord.engine.orchestrator import Engine
+from accord.engine.machine.encoding import EncodedDoc
 from accord.engine.ports import Commit, OutboxEntry, Store, StoredRun
+from accord.engine.runtime.orchestrator import Engine
 from accord.errors import ConflictError, StoreError
 from accord.testing.plans import model_ingest_shape
 
@@ -33,6 +33,8 @@ if ROOT not in sys.path:  # tests/integration is no package: reach tests.service
     sys.path.insert(0, ROOT)
 from engine_shell_support import ACTIONS, assert_drained, wait_terminal, worker_fleet  # noqa: E402
 from tests.services import ensure_redis, redis_url  # noqa: E402
+
+from accord.engine.runtime.orchestrator import EngineOptions  # noqa: E402
 
 # the child is this file run as a script: give it the repository root too
 CHILD_ENV = {**os.environ, "PYTHONPATH": ROOT}
@@ -188,10 +190,15 @@ async def test_two_engines_share_one_redis_store_and_every_run_completes() -> No
     transport = open_transport("memory://", clock=clock)
     plan = model_ingest_shape(name="on-redis", lookup_action=True, finaliser=True)
     engines = [
-        Engine(open_store(url, clock=clock), transport, clock, actions=ACTIONS, poll_ms=10,
-               owner=f"engine-{i}")
+        Engine(
+            open_store(url, clock=clock),
+            transport,
+            clock,
+            options=EngineOptions(poll_ms=10, owner=f"engine-{i}"),
+            actions=ACTIONS,
+        )
         for i in range(2)
-    ]  # fmt: skip
+    ]
     await engines[0].register_plan(plan)
     for engine in engines:
         await engine.start()

@@ -101,7 +101,7 @@ def test_an_oversized_file_is_refused_before_reading(tmp_path: Path) -> None:
 
 
 def _load(path: Path, limits: Limits) -> str:
-    code, _ = _code("accord.worker.meshes:load_model", (str(path), path.name, limits), limits)
+    code, _ = _code("accord_worker_meshes.load:load_model", (str(path), path.name, limits), limits)
     return code
 
 

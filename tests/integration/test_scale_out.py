@@ -48,8 +48,8 @@ from accord.adapters import open_store, open_transport
 from accord.adapters.transports.bullmq import BullmqTransport
 from accord.cli.workflow import compile_file
 from accord.contracts.sources import load_catalog
+from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.ports import Store
-from accord.engine.state import HistoryEntry, RunState
 from accord.testing.invariants import assert_i1_terminal, assert_run_invariants
 from accord.workflow.plan import Plan
 

@@ -28,9 +28,9 @@ import redis
 from accord.adapters import open_transport
 from accord.adapters.transports.bullmq import BullmqTransport, job_id_for
 from accord.contracts.sources import load_catalog
-from accord.engine.checks import contract_result_check
-from accord.engine.orchestrator import Engine
-from accord.engine.state import RunState
+from accord.engine.machine.state import RunState
+from accord.engine.runtime.checks import contract_result_check
+from accord.engine.runtime.orchestrator import Engine
 from accord.workflow.compiler import compile_workflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +38,9 @@ if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* 
     sys.path.insert(0, str(ROOT))
 from tests.integration.ts_worker_support import NodeWorker, built_worker, cube_stl  # noqa: E402
 from tests.services import REDIS_DB, ensure_redis, redis_url  # noqa: E402
+
+from accord.adapters import open_engine  # noqa: E402
+from accord.engine.runtime.orchestrator import EngineOptions  # noqa: E402
 
 TENANT, EDGE, OFFSET = "acme", 2.0, (1.0, 2.0, 3.0)
 WORKFLOW = """\
@@ -89,8 +92,11 @@ def node_worker(storage: Path) -> Iterator[NodeWorker]:
 async def engine(node_worker: NodeWorker) -> AsyncIterator[Engine]:
     catalog = load_catalog(ROOT / "schemas" / "contracts")
     plan = compile_workflow(WORKFLOW, "ts-metadata.yaml", catalog).unwrap()
-    eng = Engine.from_urls(
-        redis_url(), node_worker.url, poll_ms=10, result_checks=[contract_result_check(catalog)]
+    eng = open_engine(
+        redis_url(),
+        node_worker.url,
+        options=EngineOptions(poll_ms=10),
+        result_checks=[contract_result_check(catalog)],
     )
     await eng.register_plan(plan)
     await eng.start()

@@ -19,7 +19,7 @@ from accord.cli.workflow import compile_file
 from accord.contracts.catalog import Catalog
 from accord.contracts.fixture_values import message_of
 from accord.contracts.sources import load_catalog
-from accord.engine.orchestrator import Engine
+from accord.engine.runtime.orchestrator import Engine
 from accord.worker import Context, Worker
 from accord.worker.fleet import ingest_stack, wait_terminal
 from accord.workflow.plan import Plan, TaskStage

@@ -27,7 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accord.adapters.transports.memory import MemoryTransport
-from accord.engine.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
 from accord.testing.workers import run_noop_worker
 from tests.services import ensure_rabbitmq, ensure_redis
 

@@ -1,7 +1,7 @@
 """The platform actions the engine runs itself: the stage result cache, the catalogue, the audit.
 
 :func:`register_platform_actions` binds ``cache.lookup@1``, ``catalogue.publish@2`` and
-``audit.run-terminal@1`` into an engine's :class:`~accord.engine.actions.ActionRegistry` and
+``audit.run-terminal@1`` into an engine's :class:`~accord.engine.runtime.actions.ActionRegistry` and
 returns a :class:`Platform` holding what they share — the cache, the catalogue table, the audit
 log and the :class:`~accord.actions.lookup.CacheWriter` to add to the engine's observers so that
 completed stage results are cached::
@@ -21,7 +21,7 @@ from accord.actions.cache import CacheRead, ResultCache, cache_key
 from accord.actions.catalogue import Catalogue, catalogue_publish
 from accord.actions.config import CACHED_CAPABILITIES, PlatformConfig, params_for
 from accord.actions.lookup import CacheWriter, cache_lookup, keys_for
-from accord.engine.actions import ActionContext, ActionRegistry
+from accord.engine.runtime.actions import ActionContext, ActionRegistry
 
 __all__ = [
     "CACHED_CAPABILITIES",

@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
+from accord.actions._sqlite import open_table_file
 from accord.actions.cache import iso
 from accord.actions.config import PlatformConfig
-from accord.engine.actions import ActionContext
+from accord.engine.runtime.actions import ActionContext
 
 __all__ = ["AuditLog", "audit_run_terminal"]
 
@@ -25,18 +24,15 @@ _MODEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _STATES = {"completed": "completed", "failed": "failed", "cancelled": "cancelled"}
 
 
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS audit (run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL,"
+    " workflow TEXT NOT NULL, record TEXT NOT NULL, error TEXT)"
+)
+
+
 class AuditLog:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS audit (run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL,"
-                " workflow TEXT NOT NULL, record TEXT NOT NULL, error TEXT)"
-            )
+        self._db, self._lock = open_table_file(path, _SCHEMA)
 
     def record(
         self, run_id: str, tenant: str, workflow: str, record: dict[str, Any], error: Any

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from accord._files import atomic_write
 from accord.canonical import canonical_json, digest_of, sha256_hex
@@ -48,6 +48,8 @@ OUTCOMES = (
     "expired",
 )
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+K = TypeVar("K")
+T = TypeVar("T")
 _META_TYPES = {"key": str, "tenant": str, "contract": str, "objectKey": str, "digest": str,
                "sizeBytes": int, "createdAtMs": int, "expiresAtMs": int}  # fmt: skip
 
@@ -153,22 +155,10 @@ class ResultCache:
 
     async def fetch(self, key: str, tenant: str) -> CacheRead:
         """:meth:`get` off the loop; concurrent fetches of one key share one read."""
-        slot = (key, tenant)
-        shared = self._reads.get(slot)
-        if shared is not None:
-            return await asyncio.shield(shared)
-        future = asyncio.get_running_loop().create_future()
-        self._reads[slot] = future
-        try:
-            result = await asyncio.to_thread(self.get, key, tenant)
-            future.set_result(result)
-            return result
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
-            raise
-        finally:
-            del self._reads[slot]
+        read, _ = await _once(
+            self._reads, (key, tenant), lambda: asyncio.to_thread(self.get, key, tenant)
+        )
+        return read
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -196,24 +186,36 @@ class ResultCache:
         read = await self.fetch(key, tenant)
         if read.outcome not in ("miss", "expired", "corrupt", "invalid-against-contract"):
             return read, False
-        shared = self._fills.get(key)
-        if shared is not None:
-            return await asyncio.shield(shared), False
-        future = asyncio.get_running_loop().create_future()
-        self._fills[key] = future
-        try:
+
+        async def fill_and_read() -> CacheRead:
             self.fills += 1
             value = dict(await fill())
             await asyncio.to_thread(self.put, key, tenant, contract, value, ttl_ms)
-            result = await asyncio.to_thread(self.get, key, tenant)
-            future.set_result(result)
-            return result, True
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
-            raise
-        finally:
-            del self._fills[key]
+            return await asyncio.to_thread(self.get, key, tenant)
+
+        return await _once(self._fills, key, fill_and_read)
+
+
+async def _once(
+    flights: dict[K, asyncio.Future[T]], key: K, work: Callable[[], Awaitable[T]]
+) -> tuple[T, bool]:
+    """``work()`` for ``key`` run once for all concurrent callers: its result, and whether this
+    call ran it (the others wait for that run, and share its exception if it fails)."""
+    shared = flights.get(key)
+    if shared is not None:
+        return await asyncio.shield(shared), False
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    flights[key] = future
+    try:
+        result = await work()
+        future.set_result(result)
+        return result, True
+    except BaseException as exc:
+        future.set_exception(exc)
+        future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+        raise
+    finally:
+        del flights[key]
 
 
 def _metadata(raw: bytes, key: str) -> dict[str, Any] | str:

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
+from accord.actions._sqlite import open_table_file
 from accord.actions.cache import iso
 from accord.actions.config import PlatformConfig
 from accord.actions.lookup import keys_for
 from accord.canonical import digest_of
-from accord.engine.actions import ActionContext
+from accord.engine.runtime.actions import ActionContext
 
 __all__ = ["POLICY", "Catalogue", "catalogue_publish"]
 
@@ -41,13 +40,7 @@ CREATE TABLE IF NOT EXISTS catalogue (
 
 class Catalogue:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA busy_timeout=5000")
-            self._db.executescript(_SCHEMA)
+        self._db, self._lock = open_table_file(path, _SCHEMA)
 
     def publish(
         self, tenant: str, key: str, entry: dict[str, Any], produced_by: dict[str, Any]

@@ -20,8 +20,8 @@ from typing import Any
 from accord.actions.cache import CacheRead, cache_key, iso
 from accord.actions.config import PlatformConfig, params_for
 from accord.canonical import digest_of
-from accord.engine.actions import ActionContext
-from accord.engine.orchestrator import Delivered
+from accord.engine.runtime.actions import ActionContext
+from accord.engine.runtime.orchestrator import Delivered
 from accord.workflow.plan import Plan, TaskStage
 
 __all__ = ["CacheWriter", "cache_lookup", "keys_for"]

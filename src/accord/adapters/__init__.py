@@ -18,6 +18,8 @@ Transports (:func:`open_transport`)::
                                   contention between store and queue in this process), or an
                                   in-process queue for the memory store
 
+An engine over both (:func:`open_engine`) owns them and closes them when it stops.
+
 Each process opens its own store and transport on the same file; SQLite's write lock and the
 store's compare-and-set keep them correct. Modules for optional back-ends (Redis, BullMQ,
 RabbitMQ) are imported inside the branch that needs them (hence the ``noqa: PLC0415``), so their
@@ -26,15 +28,24 @@ dependencies stay optional.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from urllib.parse import parse_qsl, urlsplit
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from accord.adapters._store_rules import SHARED_OPTS
+from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
-from accord.engine.ports import Clock, Store, Transport
+from accord.engine.ports import Clock, Sink, Store, Transport
+from accord.engine.runtime.actions import ActionHandler, ActionRegistry
+from accord.engine.runtime.checks import ResultHook
+from accord.engine.runtime.orchestrator import Engine, EngineOptions, Observer
 from accord.errors import StoreError, TransportError
 
-__all__ = ["open_store", "open_transport"]
+__all__ = ["CRASH_ENV", "open_engine", "open_store", "open_transport"]
+
+CRASH_ENV = "ACCORD_CRASH_AT"  # a crash point for fault tests, read by open_engine
+_QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
 
 STORE_SCHEMES = ("memory", "sqlite", "redis", "rediss")
 TRANSPORT_SCHEMES = (
@@ -107,6 +118,38 @@ def open_transport(
         + ", ".join(f"{s}://" for s in TRANSPORT_SCHEMES),
         retryable=False,
     )
+
+
+def open_engine(
+    store_url: str,
+    transport_url: str,
+    clock: Clock | None = None,
+    options: EngineOptions | None = None,
+    *,
+    actions: ActionRegistry | Mapping[str, ActionHandler] | None = None,
+    sink: Sink | None = None,
+    result_checks: Sequence[ResultHook] = (),
+    observers: Sequence[Observer] = (),
+) -> Engine:
+    """An :class:`Engine` over the store and transport named by URL, owning both. One SQLite file
+    named twice is one connection: the queue lives in the store's own database and joins its
+    commits. ``ACCORD_CRASH_AT`` in the environment sets a crash point unless ``options`` does."""
+    opts = options or EngineOptions()
+    if opts.crash_at is None and os.environ.get(CRASH_ENV):
+        opts = dataclasses.replace(opts, crash_at=os.environ[CRASH_ENV])
+    clk: Clock = clock or SystemClock()
+    store = open_store(store_url, clock=clk)
+    if transport_url == store_url and store_url.startswith("sqlite:"):
+        # one file: share the store's connection and thread, so this process's queue and
+        # store writes never wait on each other's SQLite write lock
+        query = [(k, v) for k, v in parse_qsl(urlsplit(store_url).query) if k in _QUEUE_OPTS]
+        transport = open_transport(f"embedded://?{urlencode(query)}", clock=clk, store=store)
+    else:
+        transport = open_transport(transport_url, clock=clk)
+    return Engine(
+        store, transport, clk, opts, actions=actions, sink=sink, result_checks=result_checks,
+        observers=observers, owns_ports=True,
+    )  # fmt: skip
 
 
 def _embedded_in(

@@ -1,7 +1,10 @@
 """Rules every store adapter applies the same way, kept in one place so they cannot drift.
 
 - JSON crosses the store as canonical text; a value that is not JSON is refused before anything
-  is written (:class:`~accord.errors.StoreError` naming the field).
+  is written (:class:`~accord.errors.StoreError` naming the field). :func:`encode_commit` is that
+  encoding for a whole commit, as the SQLite and in-memory stores hold it; a state handed over as
+  an :class:`~accord.engine.machine.encoding.EncodedDoc` keeps the text it carries
+  (:func:`state_text`).
 - ``Commit.index`` maps to searchable columns: ``status``, ``workflow`` and ``tenant`` are
   columns, ``updated_at`` (epoch ms as a string; the store's clock when absent) orders
   :meth:`list_runs`, and any other key is a label. A key absent from a commit keeps its value.
@@ -14,22 +17,27 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from accord.canonical import canonical_json
+from accord.engine.machine.encoding import EncodedDoc
 from accord.engine.ports import Commit
 from accord.errors import StoreError
 
 __all__ = [
     "COLUMNS",
     "SHARED_OPTS",
+    "EncodedCommit",
     "activation_rows",
     "check_commit",
     "dump",
+    "encode_commit",
     "int_option",
     "plan_changed",
     "run_filters_sql",
     "split_index",
+    "state_text",
     "unknown_plan",
     "updated_at",
 ]
@@ -58,6 +66,45 @@ def check_commit(commit: Commit) -> None:
         raise StoreError("commit: run_id is empty")
     for key in commit.index:
         _check_name(key, "index key")
+
+
+def state_text(state: dict[str, Any]) -> str:
+    """The state's canonical text: the one it carries (see EncodedDoc), else encoded here."""
+    return state.canonical if isinstance(state, EncodedDoc) else dump(state, "state")
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedCommit:
+    """A checked commit as canonical text, every field that is not JSON already refused."""
+
+    state: str
+    history: list[str]
+    outbox: list[tuple[str, str, str, str, int]]  # entry_id, run_id, topic, payload, created_at
+    timers: list[tuple[str, str, int, str]]  # timer_id, run_id, due_at, payload
+    columns: tuple[str | None, ...]  # the values of COLUMNS, None where the index has none
+    labels: dict[str, str]
+    updated_at: int
+
+
+def encode_commit(commit: Commit, now_ms: int) -> EncodedCommit:
+    """Check ``commit`` (:func:`check_commit`) and encode it; an outbox entry without its own
+    ``created_at_ms`` and an index without ``updated_at`` take ``now_ms``."""
+    check_commit(commit)
+    state = state_text(commit.state)
+    history = [dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
+    outbox = [
+        (e.entry_id, e.run_id, e.topic, dump(e.payload, f"outbox[{i}].payload"),
+         e.created_at_ms or now_ms)
+        for i, e in enumerate(commit.outbox)
+    ]  # fmt: skip
+    timers = [
+        (t.timer_id, t.run_id, t.due_at_ms, dump(t.payload, f"timers_set[{i}]"))
+        for i, t in enumerate(commit.timers_set)
+    ]  # fmt: skip
+    columns, labels = split_index(commit.index)
+    return EncodedCommit(
+        state, history, outbox, timers, columns, labels, updated_at(commit.index, now_ms)
+    )
 
 
 def _check_name(name: str, what: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from accord._files import atomic_write
 from accord.canonical import canonical_json
+from accord.contracts.compat import check_publish
 from accord.contracts.jsonschema import export
 from accord.contracts.model import Contract, ContractRef, MessageContract
 from accord.contracts.registry import (
@@ -45,10 +46,8 @@ INDEX_NAME = "index.json"
 
 
 def compat_check(previous: Sequence[MessageContract], new: MessageContract) -> list[Diagnostic]:
-    """The compatibility gate of :mod:`accord.contracts.compat` (imported when first needed)."""
-    from accord.contracts import compat  # noqa: PLC0415 - keeps the diff off the read path
-
-    return list(compat.check_publish(previous, new))
+    """The compatibility gate of :mod:`accord.contracts.compat`."""
+    return list(check_publish(previous, new))
 
 
 def _encode(document: Any) -> bytes:

@@ -1,7 +1,8 @@
 """The ``accord`` command: thin typer commands over the packages.
 
 Exit codes everywhere: 0 ok, 1 the input is refused (lint error, incompatible change, invalid
-message, refused plan), 2 usage error. Every command that reports takes ``--json``.
+message, refused plan), 2 usage error. Every command that reports takes ``--json``; with it,
+every outcome (refusals and usage errors included) is one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import typer
 
 from accord.cli import contracts, demo, engine, runs, worker, workflow
+from accord.cli._common import AccordGroup
 
 app = typer.Typer(
+    cls=AccordGroup,
     name="accord",
     help="Governed contracts, compiled workflows and a durable engine for worker fleets.",
     no_args_is_help=True,

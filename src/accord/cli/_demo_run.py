@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,32 @@ from rich.live import Live
 from accord.cli._common import console
 from accord.cli._demo_view import ModelRun, live_table, summarise, summary_table
 from accord.cli._registry import Workspace
-from accord.cli.demo import reference_workers
 from accord.cli.workflow import compile_file
 from accord.contracts.sources import load_catalog
-from accord.engine.state import RunState
+from accord.engine.machine.state import RunState
 from accord.worker.fleet import ingest_stack
 from accord.worker.storage import ObjectStorage, StorageMap
+
+WORKERS = (
+    ("thumbnail-render", "accord_worker_thumbnail_render.handler"),
+    ("semantic-analyse", "accord_worker_semantic_analyse.handler"),
+    ("metadata-extract", "accord_worker_metadata_extract.handler"),
+)
+
+
+def reference_workers(root: Path) -> list[Any]:
+    """The three reference workers; from ``workers/*/src`` when they are not installed."""
+    found = []
+    for folder, module_name in WORKERS:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            for base in (root, Path(__file__).resolve().parents[3]):  # workspace, then checkout
+                sys.path.insert(0, str(base / "workers" / folder / "src"))
+            module = importlib.import_module(module_name)
+        found.append(module.worker)
+    return found
+
 
 __all__ = ["run_demo"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.table import Table
 
-from accord.engine.state import RunState, StageState
+from accord.engine.machine.state import RunState, StageState
 
 __all__ = ["STAGES", "ModelRun", "live_table", "summarise", "summary_table"]
 

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-import typer
 from rich.table import Table
 
 from accord.adapters.artefacts import ArtefactStore
-from accord.cli._common import EXIT_REFUSED, console, emit_json, print_diagnostics, refuse
+from accord.cli._common import EXIT_REFUSED, console, refuse
 from accord.contracts.canonical import contract_digest
 from accord.contracts.catalog import Catalog
 from accord.contracts.compat import DiffReport
@@ -93,14 +92,8 @@ def print_report(report: DiffReport) -> None:
 
 
 def refused_json(json: bool, message: str, diagnostics: Iterable[Diagnostic]) -> NoReturn:
-    """Report a refusal (as JSON or text) and exit 1."""
-    if json:
-        emit_json(
-            {"ok": False, "error": message, "diagnostics": [d.as_dict() for d in diagnostics]}
-        )
-        raise typer.Exit(EXIT_REFUSED)
-    print_diagnostics(diagnostics)
-    refuse(message)
+    """Report a refusal (as JSON or text) and exit 1 (:func:`~accord.cli._common.refuse`)."""
+    refuse(message, EXIT_REFUSED, diagnostics=diagnostics, as_json=json)
 
 
 def summary(c: Contract) -> dict[str, Any]:

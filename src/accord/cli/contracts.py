@@ -18,6 +18,7 @@ from rich.table import Table
 
 from accord.cli._common import (
     EXIT_REFUSED,
+    EXIT_USAGE,
     console,
     emit_json,
     print_diagnostics,
@@ -44,8 +45,7 @@ def _resolve(ws: Workspace, spec: str) -> Contract:
     except LookupError as exc:
         usage(str(exc))
     except ContractLintError as exc:
-        print_diagnostics(exc.diagnostics)
-        raise typer.Exit(EXIT_REFUSED) from exc
+        refuse(f"{spec} does not lint", diagnostics=exc.diagnostics)
 
 
 @app.command()
@@ -59,11 +59,7 @@ def lint(
     try:
         contracts, diagnostics = lint_paths(targets)
     except ContractLintError as exc:  # a named path does not exist or cannot be read
-        if json:
-            emit_json({"ok": False, "diagnostics": [d.as_dict() for d in exc.diagnostics]})
-        else:
-            print_diagnostics(exc.diagnostics)
-        raise typer.Exit(2) from exc
+        refuse("cannot read the sources named", EXIT_USAGE, diagnostics=exc.diagnostics)
     errors = [d for d in diagnostics if d.severity == "error"]
     if json:
         emit_json(
@@ -84,7 +80,9 @@ def diff(
     old: Annotated[str, typer.Argument(help="File or name@version.")],
     new: Annotated[str, typer.Argument(help="File or name@version.")],
     mode: Annotated[str, typer.Option(help="backward | forward | full")] = "backward",
-    transitive: Annotated[bool, typer.Option(help="Check every earlier version.")] = False,
+    transitive: Annotated[
+        bool, typer.Option(help="Also check every version of OLD's name before OLD.")
+    ] = False,
     json: JsonOpt = False,
 ) -> None:
     """Classify every change from OLD to NEW; exit 1 when NEW is incompatible in MODE."""
@@ -93,13 +91,13 @@ def diff(
     ws = workspace()
     before, after = _resolve(ws, old), _resolve(ws, new)
     if isinstance(before, MessageContract) and isinstance(after, MessageContract):
-        history = [before]
-        if transitive:
+        history = [before]  # OLD as given (a file is compared as written), never left out
+        if transitive:  # and the earlier versions the workspace knows (published, then sources)
             history = [
                 c
                 for c in ws.versions(before.name)
-                if isinstance(c, MessageContract) and c.version <= before.version
-            ]
+                if isinstance(c, MessageContract) and c.version < before.version
+            ] + history
         reports = [compat.diff(h, after) for h in history]
         failures = compat.check(history, after, mode, transitive=transitive)
     elif isinstance(before, CapabilityContract) and isinstance(after, CapabilityContract):

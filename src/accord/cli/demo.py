@@ -17,11 +17,10 @@ Every step uses the same code paths as the other commands; a refusal stops with 
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, NoReturn
 
 import typer
 from rich.table import Table
@@ -33,21 +32,17 @@ from accord.cli._common import (
     console,
     emit_json,
     pick_loop,
-    print_diagnostics,
+    refuse,
 )
+from accord.cli._demo_run import run_demo
 from accord.cli._registry import Workspace, workspace
 from accord.contracts import compat
 from accord.contracts.model import MessageContract
 from accord.contracts.sources import lint_paths
-from accord.errors import AccordError, ContractLintError
+from accord.errors import AccordError, ContractLintError, Diagnostic
 from accord.loop import run as run_on_loop
 
 EVOLUTION = ("thumbnail-generation-request@1", "thumbnail-generation-request@2")
-WORKERS = (
-    ("thumbnail-render", "accord_worker_thumbnail_render.handler"),
-    ("semantic-analyse", "accord_worker_semantic_analyse.handler"),
-    ("metadata-extract", "accord_worker_metadata_extract.handler"),
-)
 SUFFIXES = frozenset({".stl", ".obj", ".ply", ".glb", ".gltf", ".3mf", ".off"})
 
 
@@ -88,20 +83,6 @@ def contract_phase(ws: Workspace) -> Table:
     return steps
 
 
-def reference_workers(root: Path) -> list[Any]:
-    """The three reference workers; from ``workers/*/src`` when they are not installed."""
-    found = []
-    for folder, module_name in WORKERS:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            for base in (root, Path(__file__).resolve().parents[3]):  # workspace, then checkout
-                sys.path.insert(0, str(base / "workers" / folder / "src"))
-            module = importlib.import_module(module_name)
-        found.append(module.worker)
-    return found
-
-
 def model_files(folder: Path) -> list[tuple[str, Path]]:
     """``(modelId, file)`` for each model file in ``folder``; ids are unique and contract-safe."""
     chosen: dict[str, Path] = {}
@@ -131,33 +112,28 @@ def demo(
     """Contracts, then the model-ingest workflow over real models, live; run again to hit the
     cache."""
     if (store is None) != (transport is None):
-        console.print("[red]demo stopped:[/red] --store and --transport go together")
-        raise typer.Exit(EXIT_USAGE)
+        _stopped("--store and --transport go together", EXIT_USAGE)
     chosen_loop = pick_loop(loop)
     ws = workspace()
     folder = models or ws.root / "examples" / "models"
     found: list[tuple[str, Path]] = []
     if not contracts_only:  # a bad folder is refused before anything is written
         if not folder.is_dir():
-            console.print(f"[red]demo stopped:[/red] no model folder at {folder}")
-            raise typer.Exit(EXIT_USAGE)
+            _stopped(f"no model folder at {folder}", EXIT_USAGE)
         found = model_files(folder)
         if not found:
             kinds = ", ".join(sorted(SUFFIXES))
-            console.print(f"[red]demo stopped:[/red] no model files ({kinds}) in {folder}")
-            raise typer.Exit(EXIT_USAGE)
+            _stopped(f"no model files ({kinds}) in {folder}", EXIT_USAGE)
     try:
         steps = contract_phase(ws)
     except AccordError as exc:
-        print_diagnostics(getattr(exc, "diagnostics", ()))
-        console.print(f"[red]demo stopped:[/red] {str(exc).splitlines()[0]}")
-        raise typer.Exit(EXIT_REFUSED) from exc
+        _refused(exc)
     if not json_out:
         console.print(steps)
     if contracts_only:
+        if json_out:
+            emit_json({"ok": True, "steps": _table_rows(steps)})
         return
-    from accord.cli._demo_run import run_demo  # noqa: PLC0415 - engine and workers load here
-
     try:
         rows = run_on_loop(
             run_demo(
@@ -172,10 +148,24 @@ def demo(
             chosen_loop,
         )
     except AccordError as exc:
-        print_diagnostics(getattr(exc, "diagnostics", ()))
-        console.print(f"[red]demo stopped:[/red] {str(exc).splitlines()[0]}")
-        raise typer.Exit(EXIT_REFUSED) from exc
+        _refused(exc)
     if json_out:
         emit_json(rows)
     if any(r["status"] != "completed" for r in rows):
         raise typer.Exit(EXIT_REFUSED)
+
+
+def _stopped(message: str, code: int, diagnostics: Iterable[Diagnostic] = ()) -> NoReturn:
+    """Stop the demo: ``demo stopped: …`` on stderr, or one JSON document with ``--json``."""
+    refuse(f"demo stopped: {message}", code, diagnostics=diagnostics)
+
+
+def _refused(exc: AccordError) -> NoReturn:
+    _stopped(str(exc).splitlines()[0], EXIT_REFUSED, getattr(exc, "diagnostics", ()))
+
+
+def _table_rows(table: Table) -> list[dict[str, str]]:
+    """A table's rows as ``{header: cell}`` (the ``--json`` form of the contract steps)."""
+    headers = [str(c.header) for c in table.columns]
+    rows = zip(*(c.cells for c in table.columns), strict=True)
+    return [dict(zip(headers, map(str, row), strict=True)) for row in rows]

@@ -17,9 +17,11 @@ from typing import Annotated, Any
 
 import typer
 
-from accord.cli._common import LoopOpt, console, emit_json, pick_loop
-from accord.engine.holding import HOLD_MS
-from accord.engine.orchestrator import Engine
+from accord.adapters import open_engine
+from accord.cli._common import LoopOpt, console, emit_json, pick_loop, usage
+from accord.engine.runtime.holding import HOLD_MS
+from accord.engine.runtime.orchestrator import Engine, EngineOptions
+from accord.errors import StoreError, TransportError
 from accord.loop import run as run_on_loop
 
 app = typer.Typer(help="Run the durable engine.", no_args_is_help=True)
@@ -62,10 +64,18 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     chosen_loop = pick_loop(loop)
 
     async def serve() -> None:
-        engine = Engine.from_urls(
-            store, transport, owner=owner, poll_ms=poll_ms, lease_ms=lease_ms, grace_ms=grace_ms,
-            accept_linger_ms=accept_linger_ms, store_hold_ms=store_hold_ms,
-        )  # fmt: skip
+        engine = open_engine(
+            store,
+            transport,
+            options=EngineOptions(
+                owner=owner,
+                poll_ms=poll_ms,
+                lease_ms=lease_ms,
+                grace_ms=grace_ms,
+                accept_linger_ms=accept_linger_ms,
+                store_hold_ms=store_hold_ms,
+            ),
+        )
         if platform:
             await _with_platform(engine, state, contracts, workflow or [])
         stop = asyncio.Event()
@@ -91,7 +101,7 @@ async def _with_platform(
     """Register the platform actions and the result contract check, as ``accord demo`` does."""
     from accord.actions import PlatformConfig, register_platform_actions  # noqa: PLC0415
     from accord.contracts.sources import find_root, load_catalog  # noqa: PLC0415
-    from accord.engine.checks import contract_result_check  # noqa: PLC0415
+    from accord.engine.runtime.checks import contract_result_check  # noqa: PLC0415
 
     if not contracts.is_absolute() and not contracts.exists():
         contracts = find_root() / contracts
@@ -123,7 +133,7 @@ def reconcile(
     """Run one reconciliation pass and report what was repaired or found diverging."""
 
     async def once() -> dict[str, object]:
-        engine = Engine.from_urls(store, transport, grace_ms=0)
+        engine = open_engine(store, transport, options=EngineOptions(grace_ms=0))
         try:
             report = await engine.reconcile()
             await engine.executor.wait_idle()
@@ -131,7 +141,10 @@ def reconcile(
         finally:
             await engine.stop()
 
-    report = asyncio.run(once())
+    try:
+        report = asyncio.run(once())
+    except (StoreError, TransportError) as exc:  # cannot open or reach the store or transport
+        usage(str(exc))
     if json_out:
         emit_json(report)
     else:

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypeVar
 
 import typer
 
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
-from accord.cli._common import EXIT_OK, console, emit_json, refuse
-from accord.engine.explain import explain_history
-from accord.engine.orchestrator import Delivered, Engine
+from accord.cli._common import EXIT_OK, EXIT_USAGE, console, emit_json, refuse
+from accord.engine.machine.explain import explain_history
+from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.ports import Store
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.runtime.orchestrator import Delivered, Engine, EngineOptions
+from accord.errors import StoreError
 
 app = typer.Typer(help="Inspect, cancel and re-drive runs.", no_args_is_help=True)
 
@@ -44,7 +46,28 @@ def _with_store(url: str, body: Callable[[Store], Awaitable[T]]) -> T:
         finally:
             await store.close()
 
-    return asyncio.run(go())
+    return _store_guarded(url, go)
+
+
+def _store_guarded(url: str, go: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(go())``; a store that cannot be opened or read is a usage error (exit 2)."""
+    try:
+        return asyncio.run(go())
+    except StoreError as exc:
+        refuse(str(exc) if url in str(exc) else f"store {url!r}: {exc}", EXIT_USAGE)
+
+
+def _iso(ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC to the millisecond (``2026-12-01T10:17:10.123Z``)."""
+    return f"{datetime.fromtimestamp(ms // 1000, tz=UTC):%Y-%m-%dT%H:%M:%S}.{ms % 1000:03d}Z"
+
+
+def _since(ms: int | None, start_ms: int) -> str:
+    """``ms`` as signed seconds after ``start_ms`` (``+1.250s``); ``-`` when there is none."""
+    if ms is None:
+        return "-"
+    delta = ms - start_ms
+    return f"{'-' if delta < 0 else '+'}{abs(delta) // 1000}.{abs(delta) % 1000:03d}s"
 
 
 async def _run_or_refuse(store: Store, run_id: str) -> RunState:
@@ -67,12 +90,16 @@ def list_runs(  # noqa: PLR0917 - typer maps each option to a parameter
     filters = {k: v for k, v in (("status", status), ("workflow", workflow), ("tenant", tenant))}
     chosen = {k: v for k, v in filters.items() if v is not None}
     stored = _with_store(store, lambda s: s.list_runs(limit, **chosen))
-    rows = [_summary(RunState.from_json(s.state), s.version) for s in stored]
+    runs = [(RunState.from_json(s.state), s.version) for s in stored]
     if json_out:
-        emit_json(rows)
+        emit_json([_summary(run, version) for run, version in runs])
         return
-    for r in rows:
-        console.print(f"{r['run_id']}  {r['status']:<10} {r['workflow']}  tenant={r['tenant']}")
+    for run, _ in runs:
+        started = _iso(run.started_at_ms) if run.started_at_ms else "-"
+        console.print(
+            f"{run.run_id}  {started}  {run.status:<10} {run.workflow}  tenant={run.tenant}",
+            markup=False,
+        )
     raise typer.Exit(EXIT_OK)
 
 
@@ -95,27 +122,37 @@ def show(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False
     if json_out:
         emit_json(run.to_json())
         return
-    console.print(f"run {run.run_id}  {run.status}  intent={run.intent}  {run.workflow}")
+    started = _iso(run.started_at_ms) if run.started_at_ms else "-"
+    console.print(
+        f"run {run.run_id}  {run.status}  intent={run.intent}  {run.workflow}  started {started}",
+        markup=False,
+    )
     for stage in run.stages.values():
-        console.print(f"  {stage.name:<28} {stage.status:<16} attempt={stage.attempt}")
+        line = f"  {stage.name:<28} {stage.status:<16} attempt={stage.attempt}"
+        if (cur := stage.current) is not None:  # times since the run started
+            line += f"  dispatched={_since(cur.dispatched_at_ms, run.started_at_ms)}"
+            line += f"  finished={_since(cur.finished_at_ms, run.started_at_ms)}"
+        console.print(line, markup=False)
 
 
 @app.command("history")
 def history(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False) -> None:
     """Print a run's history: every accepted and rejected event, in order."""
 
-    async def read(s: Store) -> list[dict[str, Any]]:
-        await _run_or_refuse(s, run_id)
-        return await s.history(run_id)
+    async def read(s: Store) -> tuple[RunState, list[dict[str, Any]]]:
+        return await _run_or_refuse(s, run_id), await s.history(run_id)
 
-    entries = _with_store(store, read)
+    run, entries = _with_store(store, read)
     if json_out:
-        emit_json(entries)
+        emit_json(entries)  # at_ms stays epoch milliseconds here
         return
-    for doc in entries:
-        h = HistoryEntry.from_json(doc)
+    history = [HistoryEntry.from_json(doc) for doc in entries]
+    start = run.started_at_ms or (history[0].at_ms if history else 0)
+    for h in history:  # ISO-8601 UTC, then the time since the run started
         verdict = "accepted" if h.accepted else f"rejected ({h.reason})"
-        console.print(f"{h.seq:>4} {h.at_ms} {h.event.get('kind')} {verdict}")
+        stage = f" {h.event['stage']}" if h.event.get("stage") else ""
+        when = f"{_iso(h.at_ms)} {_since(h.at_ms, start):>9}"
+        console.print(f"{h.seq:>4} {when} {h.event.get('kind')}{stage} {verdict}", markup=False)
 
 
 @app.command("explain")
@@ -137,15 +174,18 @@ def explain(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = Fa
 def _operate(store: str, op: Callable[[Engine], Awaitable[Delivered]]) -> Delivered:
     async def go() -> Delivered:
         engine = Engine(
-            open_store(store), open_transport("memory://"), SystemClock(),
-            owns_ports=True, dispatch=False,
-        )  # fmt: skip
+            open_store(store),
+            open_transport("memory://"),
+            SystemClock(),
+            options=EngineOptions(dispatch=False),
+            owns_ports=True,
+        )
         try:
             return await op(engine)
         finally:
             await engine.stop()
 
-    return asyncio.run(go())
+    return _store_guarded(store, go)
 
 
 @app.command("cancel")

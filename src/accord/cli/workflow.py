@@ -2,27 +2,28 @@
 
 Thin commands over :mod:`accord.workflow`: the compiler needs the contract catalog (default
 ``schemas/contracts``), activation needs a store (default ``sqlite:///.accord/accord.db``).
-Exit codes: 0 accepted, 1 refused (the definition, the activation or the rollback), 2 usage
-(unreadable file, bad option, unknown store URL). ``--json`` prints one JSON document on stdout.
+Exit codes: 0 accepted, 1 refused (the definition, a file that is not UTF-8, the activation or
+the rollback), 2 usage (unreadable file, bad option, unknown store URL). ``--json`` prints one
+JSON document on stdout in every outcome.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import codecs
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 
+from accord._files import atomic_write
 from accord.cli._common import EXIT_REFUSED, emit_json, print_diagnostics, refuse, usage
 from accord.contracts.catalog import Catalog
 from accord.contracts.sources import load_catalog
-from accord.errors import AccordError, ContractLintError, StoreError
+from accord.errors import AccordError, ContractLintError, Diagnostic, Location, StoreError
 from accord.workflow import activation
 from accord.workflow.compiler import CompileResult, compile_workflow
 from accord.workflow.plan import Plan
@@ -40,9 +41,37 @@ DEFAULT_STORE = "sqlite:///.accord/accord.db"
 T = TypeVar("T")
 
 
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),  # before UTF-16 LE, whose mark starts it
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
 def compile_file(path: Path, catalog: Catalog) -> CompileResult:
-    """Read ``path`` and compile it (the workflow package itself never touches files)."""
-    return compile_workflow(path.read_text(encoding="utf-8"), str(path), catalog)
+    """Read ``path`` and compile it (the workflow package itself never touches files).
+
+    This is where workflow files are read. A file that is not UTF-8 is refused like any bad
+    definition, with one ``workflow-encoding`` diagnostic at the first bad byte; a file that
+    cannot be read at all raises :class:`OSError`."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return CompileResult(None, (_not_utf8(str(path), data, exc),))
+    return compile_workflow(text, str(path), catalog)
+
+
+def _not_utf8(name: str, data: bytes, exc: UnicodeDecodeError) -> Diagnostic:
+    at = exc.start
+    line = data.count(b"\n", 0, at) + 1
+    column = at - (data.rfind(b"\n", 0, at) + 1) + 1  # in bytes: the text has no characters yet
+    message = f"not UTF-8 text: byte {at} (0x{data[at]:02x}): {exc.reason}"
+    bom = next((label for mark, label in _BOMS if data.startswith(mark)), None)
+    if bom:
+        message += f"; the file starts with a {bom} byte-order mark, save it as UTF-8"
+    return Diagnostic("workflow-encoding", message, Location(name, line, column))
 
 
 def _catalog(directory: Path) -> Catalog:
@@ -51,8 +80,7 @@ def _catalog(directory: Path) -> Catalog:
     try:
         return load_catalog(directory)
     except ContractLintError as exc:
-        print_diagnostics(exc.diagnostics)
-        refuse(f"the contracts in {directory} do not lint")
+        refuse(f"the contracts in {directory} do not lint", diagnostics=exc.diagnostics)
 
 
 def _compiled(file: Path, contracts: Path, json: bool) -> Plan:
@@ -62,7 +90,8 @@ def _compiled(file: Path, contracts: Path, json: bool) -> Plan:
         usage(f"cannot read {file}: {exc.strerror or exc}")
     if result.plan is None:
         if json:
-            emit_json({"ok": False, "diagnostics": [d.as_dict() for d in result.diagnostics]})
+            message = f"{file}: refused, {len(result.errors)} error(s)"
+            refuse(message, diagnostics=result.diagnostics, as_json=True)
         else:
             print_diagnostics(result.diagnostics)
             typer.echo(f"{file}: refused, {len(result.errors)} error(s)")
@@ -72,27 +101,16 @@ def _compiled(file: Path, contracts: Path, json: bool) -> Plan:
     return result.plan
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _with_store(url: str, action: Callable[[Any], Awaitable[T]]) -> T:
     from accord.adapters import open_store  # noqa: PLC0415 — only store commands need adapters
 
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         target = url.removeprefix("sqlite:///").split("?")[0]
         if target and target != ":memory:":
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(target).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                usage(f"cannot create the store's folder for {url!r}: {exc.strerror or exc}")
 
     async def run() -> T:
         store = open_store(url)
@@ -132,7 +150,10 @@ def compile_(
     """Compile to the canonical plan; print its digest (and the plan with --json)."""
     plan = _compiled(file, contracts, json)
     if out is not None:
-        _write_atomic(out, plan.canonical_bytes().decode("utf-8") + "\n")
+        try:
+            atomic_write(out, plan.canonical_bytes().decode("utf-8") + "\n")
+        except OSError as exc:
+            usage(f"cannot write {out}: {exc.strerror or exc}")
     if json:
         emit_json({"digest": plan.digest, "plan": plan.to_json()})
     else:
@@ -157,7 +178,7 @@ def graph(
         )
         if done.returncode != 0:
             refuse(f"dot failed: {done.stderr.decode(errors='replace')}")
-        _write_atomic(svg, done.stdout.decode("utf-8"))
+        atomic_write(svg, done.stdout.decode("utf-8"))
 
 
 @app.command("activate")
@@ -181,6 +202,8 @@ def activate_(
 def versions_(workflow: str, store: StoreOpt = DEFAULT_STORE, json: JsonOpt = False) -> None:
     """List the activations of a workflow, oldest first."""
     rows = _with_store(store, lambda s: activation.versions(s, workflow))
+    if not rows:
+        refuse(f"{workflow} has never been activated")
     if json:
         emit_json(
             [
@@ -194,8 +217,6 @@ def versions_(workflow: str, store: StoreOpt = DEFAULT_STORE, json: JsonOpt = Fa
             ]
         )
         return
-    if not rows:
-        refuse(f"{workflow} has never been activated")
     for v in rows:
         typer.echo(f"{'*' if v.active else ' '} {v.version:<12} {v.digest}")
 

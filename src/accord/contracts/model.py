@@ -2,7 +2,7 @@
 
 Pure and frozen. The DSL loader (:mod:`accord.contracts.dsl`) builds these from YAML; canonical
 form, JSON Schema export, the compatibility diff, runtime validation and code generation all read
-them. Four kinds (ARCHITECTURE §2):
+them. Four kinds (docs/architecture.md §2):
 
 - :class:`MessageContract` — a message identity ``name@wireVersion`` with its payload fields;
 - :class:`CapabilityContract` — a ``worker`` or ``action`` capability ``name@version`` naming its

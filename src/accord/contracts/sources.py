@@ -1,9 +1,10 @@
-"""Reading contract sources from disk: the one sanctioned file-reading entry of ``contracts/``.
+"""Contract sources on disk: the repository's layout, and the catalog read from it.
 
-Everything else in the package is pure and works on text or data. This module only finds files,
-reads them as UTF-8 and hands the text to :mod:`accord.contracts.dsl`; it never writes. It also
-knows the repository's default layout (``schemas/contracts/`` for sources,
-``schemas/published/`` for artefacts), found by walking up from a start directory.
+Reading the files is :mod:`accord.contracts.dsl.files` (re-exported here: :func:`read_sources`,
+:func:`lint_paths`, :func:`load_file`, :func:`load_directory`); everything else in ``contracts/``
+is pure and works on text or data, and nothing here writes. This module knows the repository's
+default layout (``schemas/contracts/`` for sources, ``schemas/published/`` for artefacts), found
+by walking up from a start directory.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from accord.contracts.catalog import Catalog
-from accord.contracts.dsl import lint_sources, parse_sources, parse_text
-from accord.contracts.model import Contract
-from accord.errors import ContractLintError, Diagnostic, Location
+from accord.contracts.dsl.files import lint_paths, load_directory, load_file, read_sources
 
 __all__ = [
     "ARTEFACTS_DIR",
@@ -37,51 +36,6 @@ def find_root(start: Path | None = None) -> Path:
         if (candidate / "schemas").is_dir() or (candidate / "pyproject.toml").is_file():
             return candidate
     return here
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ContractLintError(
-            [Diagnostic("source-encoding", f"not UTF-8 text: {exc.reason}", Location(str(path)))]
-        ) from exc
-    except OSError as exc:
-        raise ContractLintError(
-            [Diagnostic("source-unreadable", exc.strerror or str(exc), Location(str(path)))]
-        ) from exc
-
-
-def read_sources(paths: list[Path]) -> dict[str, str]:
-    """Text of every ``*.yaml``/``*.yml`` file named or found (recursively) under ``paths``."""
-    files: list[Path] = []
-    missing: list[Diagnostic] = []
-    for path in paths:
-        if path.is_dir():
-            files += sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
-        elif path.is_file():
-            files.append(path)
-        else:
-            missing.append(
-                Diagnostic("source-missing", "no such file or directory", Location(str(path)))
-            )
-    if missing:
-        raise ContractLintError(missing)
-    return {str(f): _read(f) for f in files}
-
-
-def lint_paths(paths: list[Path]) -> tuple[list[Contract], list[Diagnostic]]:
-    """Lint files and directories together (cross-references resolve across all of them)."""
-    return lint_sources(read_sources(paths))
-
-
-def load_file(path: Path) -> Contract:
-    return parse_text(_read(path), str(path))
-
-
-def load_directory(path: Path) -> list[Contract]:
-    """Every contract under ``path``; raises :class:`ContractLintError` with every finding."""
-    return parse_sources(read_sources([path]))
 
 
 def load_catalog(path: Path) -> Catalog:

@@ -1,4 +1,4 @@
-"""YAML text to a positioned node tree, without losing where anything was written.
+"""YAML source text to a positioned node tree, and typed reads that say where each problem is.
 
 Contract sources are authored by people, so every finding must name ``file:line:column``. The usual
 YAML loaders either drop positions or stop at the first duplicate key; this module *composes* the
@@ -7,6 +7,15 @@ tree of :class:`Node` values that carry a :class:`~accord.errors.Location` each.
 syntax, duplicate keys, several documents in one file, non-string keys, alias cycles — becomes a
 :class:`~accord.errors.Diagnostic`, and all of them are reported together.
 
+The same module holds the one :class:`Reader` of such trees, shared by the contract DSL
+(:mod:`accord.contracts.dsl`) and the workflow schema (:mod:`accord.workflow.check_schema`): it
+never raises, records each problem as a :class:`~accord.errors.Diagnostic` at the line and column
+of the offending node (or of its key, :func:`location_of`) and lets the caller carry on, so one
+run reports every problem in a file. Each DSL words its problems with its own stable codes in a
+subclass (``dsl-*`` in :class:`accord.contracts.dsl.reader.ContractReader`, ``schema-*`` in
+:class:`accord.workflow.schema_fields.SchemaReader`); the rule for what a value's type is
+(:func:`holds`) is this module's, so both read ``true``, ``1`` and ``1.0`` alike.
+
 Pure: it takes text and a file name, never touches the file system. Lines and columns count from 1.
 """
 
@@ -14,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, TypeVar
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -23,9 +32,11 @@ from ruamel.yaml.nodes import Node as RawNode
 
 from accord.errors import Diagnostic, Location
 
-__all__ = ["MAX_DEPTH", "Node", "compose"]
+__all__ = ["MAX_DEPTH", "Node", "Reader", "compose", "holds", "location_of"]
 
 MAX_DEPTH = 48  # contracts nest a few levels; anything deeper is a mistake or an alias bomb
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +65,56 @@ class Node:
         if self.kind == "seq":
             return [n.plain() for n in self.items]
         return self.value
+
+
+def location_of(node: Node, key: str | None = None) -> Location:
+    """Where ``key`` is written inside mapping ``node``: a scalar's own position, the key's for
+    a mapping or list (its first line may be far below), else the node itself."""
+    if key is not None and node.kind == "map":
+        for name, value, key_loc in node.entries:
+            if name == key:
+                scalar = value.kind == "scalar" and value.location.line
+                return value.location if scalar else key_loc
+    return node.location
+
+
+def holds(value: object, kind: type[_T]) -> TypeGuard[_T]:
+    """``value`` has Python type ``kind`` as an author means it: a ``bool`` is never an ``int``
+    nor a number, and an ``int`` is a number (``kind`` ``float``)."""
+    if isinstance(value, bool) and kind in (int, float):
+        return False
+    if kind is float and isinstance(value, int):
+        return True
+    return isinstance(value, kind)
+
+
+class Reader:
+    """Collects positioned diagnostics while typed values are read out of a node tree.
+
+    A read that finds a problem records it and returns a placeholder (``None`` or a default), so
+    checking goes on; :attr:`diagnostics` holds every finding in the order it was made.
+    """
+
+    def __init__(self) -> None:
+        self.diagnostics: list[Diagnostic] = []
+
+    @property
+    def failed(self) -> bool:
+        """Whether any finding so far is an error (warnings do not fail a read)."""
+        return any(d.severity == "error" for d in self.diagnostics)
+
+    def error(
+        self, code: str, message: str, location: Location | None, path: str = "", stage: str = ""
+    ) -> None:
+        """Record a problem at ``location`` (the field ``path``, in workflow ``stage``)."""
+        self.diagnostics.append(Diagnostic(code, message, location, path, stage))
+
+    def error_at(
+        self, code: str, message: str, node: Node, key: str | None = None, stage: str = ""
+    ) -> None:
+        """Record a problem with ``key`` of mapping ``node`` (or with ``node`` itself), at the
+        place :func:`location_of` finds; the path is ``key``."""
+        self.error(code, message, location_of(node, key), key or "", stage)
 
 
 def _loc(filename: str, raw: RawNode) -> Location:

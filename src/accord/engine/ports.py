@@ -1,13 +1,18 @@
-"""Ports: the few Protocols the engine shell talks to. Adapters implement them.
+"""Ports: every Protocol the engine shell talks to. Adapters implement them.
 
 No connection, cursor or transaction type leaks through. Everything crossing a port is plain data
-(JSON-compatible dicts, bytes, ints), so the same contract test suite runs over every adapter.
+(JSON values, bytes, ints), so the same contract test suite runs over every adapter.
 
-- :class:`Store` — durable run state. ``commit`` is the one atomic step of ARCHITECTURE §4: the
+- :class:`Store` — durable run state. ``commit`` is the one atomic step of docs/architecture.md §4:
+the
   new run record, its history entries, outbox entries and timer changes land together, or not at
   all, guarded by the record's version (compare-and-set; :class:`~accord.errors.ConflictError`
   on a lost race: the caller reloads and re-applies).
 - :class:`Transport` — delivery of jobs and outcomes. Delivery is not acceptance.
+- :class:`JointQueue` and :class:`JointCommit` — a transport whose queue lives in the store's own
+  database offers a joint commit: the transition, the jobs it dispatches and the acknowledgement
+  of the delivery that carried its event land in one transaction (:mod:`.runtime.joint`).
+- :class:`Sink` — where telemetry goes (a projection, OpenTelemetry…).
 - :class:`Clock` — time in integer milliseconds since the Unix epoch.
 """
 
@@ -15,20 +20,27 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 __all__ = [
     "Clock",
     "Commit",
     "Delivery",
+    "JointCommit",
+    "JointQueue",
+    "JsonDict",
+    "JsonValue",
     "OutboxEntry",
+    "QueuedMessage",
+    "Sink",
     "Store",
     "StoredRun",
     "Timer",
     "Transport",
 ]
 
-JsonDict = dict[str, Any]
+JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
+JsonDict: TypeAlias = "dict[str, JsonValue]"  # a JSON object, as every port carries documents
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,3 +164,44 @@ class Clock(Protocol):
     def now_ms(self) -> int: ...
 
     async def sleep(self, ms: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedMessage:
+    """A message a joint commit puts in the queue inside its own transaction."""
+
+    queue: str
+    message_id: str
+    body: bytes
+
+
+class JointCommit(Protocol):
+    """A store and a queue that share one database, committing together."""
+
+    async def commit(
+        self,
+        commit: Commit,
+        messages: Sequence[QueuedMessage],
+        acked: Sequence[Delivery],
+        *,
+        durable: bool,
+    ) -> int:
+        """:meth:`Store.commit`, with ``messages`` enqueued and ``acked`` settled in the same
+        transaction; then wakes the queues' consumers and releases the acknowledged deliveries.
+        ``durable=False`` lets the commit skip its own fsync (see :mod:`.runtime.joint`)."""
+        ...
+
+
+@runtime_checkable
+class JointQueue(Protocol):
+    """A transport that can share a store's transaction."""
+
+    def joint_commit(self, store: Store) -> JointCommit | None:
+        """The joint commit with ``store``, or ``None`` when they do not share a database."""
+        ...
+
+
+class Sink(Protocol):
+    """Where telemetry goes (a projection, OpenTelemetry…). Failures are retried via the sweep."""
+
+    async def emit(self, events: Sequence[Mapping[str, JsonValue]]) -> None: ...

@@ -4,7 +4,7 @@
   deliver outcomes (duplicates, stale fences, late callbacks, reorderings), fire timers, advance
   time, crash and restart, and read runs, histories, effects and the outbox.
 - :func:`run_noop_worker` / :func:`outcome` — a minimal worker loop and outcome envelopes.
-- :mod:`accord.testing.invariants` — ``assert_i*`` checks of RELIABILITY.md and
+- :mod:`accord.testing.invariants` — ``assert_i*`` checks of docs/reliability.md and
   :class:`RunAuditor`, which checks them incrementally after every step.
 - :mod:`accord.testing.plans` — hand-built plans of the model-ingest shape;
   :mod:`accord.testing.strategies` — Hypothesis strategies for valid workflows.

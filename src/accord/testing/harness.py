@@ -1,8 +1,9 @@
 """The testing API: a whole engine in one process, on a clock you move by hand.
 
-:class:`EngineHarness` wires a real :class:`~accord.engine.orchestrator.Engine` to the memory
-store, the memory transport and a :class:`~accord.testing.clock.FakeClock`. Nothing is mocked:
-every event goes through the same load → apply → commit → hand-off path as in production. Time
+:class:`EngineHarness` wires a real :class:`~accord.engine.runtime.orchestrator.Engine` to the
+memory store, the memory transport and a :class:`~accord.testing.clock.FakeClock`. Nothing is
+mocked: every event goes through the same load → apply → commit → hand-off path as in production.
+Time
 moves only when the scenario says so, and background loops do not run; the scenario drives them::
 
     h = EngineHarness(actions={"cache.lookup@1": lookup})
@@ -29,10 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accord.adapters import open_store, open_transport
-from accord.engine.actions import ActionHandler, ActionRegistry
-from accord.engine.dispatcher import Sink
-from accord.engine.effects import DispatchJob, Effect, InvokeAction
-from accord.engine.events import (
+from accord.engine.machine.effects import DispatchJob, Effect, InvokeAction
+from accord.engine.machine.events import (
     Event,
     HeartbeatReceived,
     ProgressReported,
@@ -40,9 +39,10 @@ from accord.engine.events import (
     StageFailed,
     StageSucceeded,
 )
-from accord.engine.orchestrator import Delivered, Engine
-from accord.engine.ports import Delivery, OutboxEntry, Store, Transport
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.machine.state import HistoryEntry, RunState
+from accord.engine.ports import Delivery, OutboxEntry, Sink, Store, Transport
+from accord.engine.runtime.actions import ActionHandler, ActionRegistry
+from accord.engine.runtime.orchestrator import Delivered, Engine, EngineOptions
 from accord.testing.clock import FakeClock
 from accord.workflow.plan import Plan
 
@@ -75,11 +75,9 @@ class EngineHarness:
             self.store,
             self.transport,
             self.clock,
+            options=EngineOptions(owner=f"harness-{self._crashes}", grace_ms=0, lease_ms=1_000),
             actions=self.registry,
             sink=self._sink,
-            owner=f"harness-{self._crashes}",
-            grace_ms=0,
-            lease_ms=1_000,
             observers=[self._observe],
         )
 

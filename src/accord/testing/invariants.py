@@ -1,4 +1,4 @@
-"""Invariant checks over a run's durable record and history (RELIABILITY.md, I1–I7, I12).
+"""Invariant checks over a run's durable record and history (docs/reliability.md, I1–I7, I12).
 
 Each check is named after the invariant it shows and raises ``AssertionError`` with the run and
 the offending detail. They read only what the store holds (the record and its history) and,
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from accord.engine.effects import DispatchJob, Effect, InvokeAction
-from accord.engine.events import event_from_json
 from accord.engine.machine import apply
-from accord.engine.state import ACTIVE_ATTEMPT, HistoryEntry, RunState
+from accord.engine.machine.effects import DispatchJob, Effect, InvokeAction
+from accord.engine.machine.events import event_from_json
+from accord.engine.machine.state import ACTIVE_ATTEMPT, HistoryEntry, RunState
 from accord.workflow.plan import Plan
 
 __all__ = [

@@ -23,9 +23,10 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from accord.canonical import canonical_json
-from accord.engine.intake import OUTCOMES_QUEUE
 from accord.engine.ports import Delivery, Transport
+from accord.engine.runtime import wire
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.wire import encode_outcome, outcome_id
 from accord.errors import StageFailed
 from accord.worker.batching import OutcomeBatcher
 
@@ -45,19 +46,13 @@ def outcome(
     envelope: Mapping[str, Any], kind: str, payload: Mapping[str, Any] | None = None, **extra: Any
 ) -> tuple[str, bytes]:
     """``(message id, body)`` of an outcome envelope answering the job ``envelope``."""
-    message_id = f"{envelope['messageId']}:{kind}"
-    doc: dict[str, Any] = {
-        "messageId": message_id,
-        "messageType": kind,
-        "runId": envelope["runId"],
-        "stage": envelope["stage"],
-        "attempt": envelope["attempt"],
-        "fence": envelope["fence"],
-        "tenant": envelope.get("tenant", ""),
-        "payload": dict(payload or {}),
-        **extra,
-    }
-    return message_id, canonical_json(doc)
+    message_id = outcome_id(envelope[wire.MESSAGE_ID], kind)
+    body = encode_outcome(
+        message_id, kind, run_id=envelope[wire.RUN_ID], stage=envelope[wire.STAGE],
+        attempt=envelope[wire.ATTEMPT], fence=envelope[wire.FENCE],
+        tenant=envelope.get(wire.TENANT, ""), payload=payload, **extra,
+    )  # fmt: skip
+    return message_id, body
 
 
 async def run_noop_worker(
@@ -87,7 +82,7 @@ async def run_noop_worker(
             envelope = json.loads(delivery.body)
             if observe:  # the job is received: a hop ends here, before any answer goes out
                 observe("start", envelope)
-            await answers.publish(*outcome(envelope, "accepted", workerId=worker_id))
+            await answers.publish(*outcome(envelope, "accepted", worker_id=worker_id))
             try:
                 result = await handler(envelope)
                 answer = outcome(envelope, "succeeded", result)

@@ -9,18 +9,18 @@ them:
 - a publish made while none is in flight goes out at once, alone and unchanged: one run at a time
   costs no extra latency, and the message is byte for byte what it would have been;
 - publishes made while one is in flight wait for it, then leave together as one batch message
-  (:func:`accord.engine.intake.encode_batch`), up to ``max_members`` outcomes and ``max_bytes``
-  of them; an outcome larger than ``max_bytes`` always goes alone;
+  (:func:`accord.engine.runtime.wire.encode_batch`), up to ``max_members`` outcomes and
+  ``max_bytes`` of them; an outcome larger than ``max_bytes`` always goes alone;
 - every caller returns only once the message carrying its outcome is confirmed by the transport
   (so a worker still publishes ``accepted`` and waits for it before its handler starts), and a
   publish that fails fails every outcome it carried, each caller getting the transport's error.
 
 The engine takes a batch's members one by one, exactly as if each had come alone
-(:mod:`accord.engine.intake`). A caller cancelled while its outcome waits drops it from the next
-batch; one already sent stays sent (outcomes are idempotent at the engine).
+(:mod:`accord.engine.runtime.intake`). A caller cancelled while its outcome waits drops it from the
+next batch; one already sent stays sent (outcomes are idempotent at the engine).
 
 Batching is left off on a queue that lives in a database the engine's store can share (a
-:class:`~accord.engine.joint.JointQueue`, the embedded queue): there a message is a row written
+:class:`~accord.engine.ports.JointQueue`, the embedded queue): there a message is a row written
 in a group commit, not a broker round trip, and an outcome that comes alone is acknowledged by
 the very commit of its event, which a batch would give up (the batch is acknowledged apart).
 """
@@ -32,9 +32,8 @@ import functools
 from collections import deque
 from dataclasses import dataclass, field
 
-from accord.engine.intake import encode_batch
-from accord.engine.joint import JointQueue
-from accord.engine.ports import Transport
+from accord.engine.ports import JointQueue, Transport
+from accord.engine.runtime.wire import encode_batch
 
 __all__ = ["OutcomeBatcher", "batching_pays"]
 

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from accord.actions import Platform, PlatformConfig, register_platform_actions
+from accord.adapters import open_engine
 from accord.contracts.catalog import Catalog
-from accord.engine.checks import contract_result_check
-from accord.engine.orchestrator import Engine, Observer
+from accord.engine.runtime.checks import contract_result_check
+from accord.engine.runtime.orchestrator import Engine, EngineOptions, Observer
 from accord.errors import EngineError
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.runtime import Runtime
@@ -61,8 +62,12 @@ async def ingest_stack(
     check_admission: bool = True,
     transport: str | None = None,
 ) -> AsyncIterator[Stack]:
-    engine = Engine.from_urls(url, transport or url, poll_ms=poll_ms,
-                              result_checks=[contract_result_check(catalog)])  # fmt: skip
+    engine = open_engine(
+        url,
+        transport or url,
+        options=EngineOptions(poll_ms=poll_ms),
+        result_checks=[contract_result_check(catalog)],
+    )
 
     async def load_run(run_id: str) -> dict[str, Any] | None:
         stored = await engine.store.load(run_id)

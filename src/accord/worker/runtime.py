@@ -39,9 +39,10 @@ from collections.abc import Callable
 from typing import Any
 
 from accord.contracts.catalog import Catalog
-from accord.engine.intake import OUTCOMES_QUEUE
-from accord.engine.outbox import control_queue
 from accord.engine.ports import Delivery, Transport
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.outbox import control_queue
+from accord.engine.runtime.wire import outcome_message_id
 from accord.errors import StageFailed
 from accord.worker import wire
 from accord.worker.acceptance import AcceptanceLog
@@ -163,7 +164,7 @@ class Runtime:
             return
         except Refused as exc:
             if self._claim(exc.job, delivery) is None:
-                await self._publish(*outcome(exc.job, "accepted", workerId=self.worker_id))
+                await self._publish(*outcome(exc.job, "accepted", worker_id=self.worker_id))
                 refused = failure(exc.code, exc.message, retryable=False)
                 await self._finish(exc.job, outcome(exc.job, *refused))
             await self._ack(delivery)
@@ -174,7 +175,7 @@ class Runtime:
             if self._claim(job, delivery) is not None:
                 await self._ack(delivery)
                 return
-            await self._publish(*outcome(job, "accepted", workerId=self.worker_id))
+            await self._publish(*outcome(job, "accepted", worker_id=self.worker_id))
             answer = await self._execute(job, payload, binding)
         await self._finish(job, answer)
         if self._observe is not None:
@@ -193,9 +194,9 @@ class Runtime:
         return prior
 
     async def _answer_again(self, job: Job, final: bytes | None) -> None:
-        await self._publish(*outcome(job, "accepted", workerId=self.worker_id))
+        await self._publish(*outcome(job, "accepted", worker_id=self.worker_id))
         if final is not None:
-            await self._publish(json.loads(final)["messageId"], final)
+            await self._publish(outcome_message_id(final), final)
 
     async def _execute(
         self, job: Job, payload: dict[str, Any], binding: Binding

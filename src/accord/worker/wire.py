@@ -1,4 +1,6 @@
-"""Wire rules of the worker runtime: reading a job envelope and writing outcome envelopes.
+"""Wire rules of the worker runtime: reading a job envelope and answering it with outcomes
+(the outcome envelope and the quarantine record are defined in :mod:`accord.engine.runtime.wire`,
+which intake reads them with).
 
 A job is read in a fixed order, each step refusing rather than repairing:
 
@@ -22,10 +24,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from accord.canonical import canonical_json
 from accord.contracts.catalog import Catalog
 from accord.contracts.validate import DEFAULT_MAX_BYTES, Validator
 from accord.engine.ports import Delivery
+from accord.engine.runtime.wire import (
+    encode_outcome,
+    outcome_id,
+    quarantine_message,
+    quarantine_queue,
+    quarantine_record,
+)
 from accord.errors import FieldViolation
 
 __all__ = [
@@ -117,22 +125,22 @@ def _identity(doc: Mapping[str, Any]) -> Job:
 
 
 def outcome(
-    job: Job, kind: str, payload: Mapping[str, Any] | None = None, *, seq: int = 0, **extra: Any
+    job: Job,
+    kind: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    seq: int = 0,
+    worker_id: str | None = None,
+    **extra: Any,
 ) -> tuple[str, bytes]:
     """``(message id, body)`` of an outcome envelope answering ``job``."""
-    message_id = f"{job.message_id}:{kind}" + (f":{seq}" if seq else "")
-    doc: dict[str, Any] = {
-        "messageId": message_id,
-        "messageType": kind,
-        "runId": job.run_id,
-        "stage": job.stage,
-        "attempt": job.attempt,
-        "fence": job.fence,
-        "tenant": job.envelope.get("tenant", ""),
-        "payload": dict(payload or {}),
-        **extra,
-    }
-    return message_id, canonical_json(doc)
+    message_id = outcome_id(job.message_id, kind, seq)
+    body = encode_outcome(
+        message_id, kind, run_id=job.run_id, stage=job.stage, attempt=job.attempt,
+        fence=job.fence, tenant=job.envelope.get("tenant", ""), payload=payload,
+        worker_id=worker_id, **extra,
+    )  # fmt: skip
+    return message_id, body
 
 
 def failure(code: str, message: str, *, retryable: bool) -> tuple[str, dict[str, Any]]:
@@ -141,13 +149,8 @@ def failure(code: str, message: str, *, retryable: bool) -> tuple[str, dict[str,
 
 def quarantine(delivery: Delivery, reason: str) -> tuple[str, str, bytes]:
     """``(queue, message id, body)`` of the quarantine record for a poison delivery."""
-    record = {"queue": delivery.queue, "messageId": delivery.message_id, "reason": reason,
-              "body": delivery.body.decode("utf-8", errors="replace")[:65_536]}  # fmt: skip
-    return (
-        f"{delivery.queue}.quarantine",
-        f"quarantine:{delivery.message_id}",
-        canonical_json(record),
-    )
+    record = quarantine_record(delivery.queue, delivery.message_id, reason, delivery.body)
+    return (quarantine_queue(delivery.queue), *quarantine_message(record))
 
 
 def store_announcer(store: Any, now_ms: Callable[[], int] | None = None) -> Announcer:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accord.errors import AccordError
-from accord.workflow.plan import Binding, InputValue
+from accord.workflow.values import Binding, InputValue
 
 __all__ = [
     "BindingError",

@@ -6,30 +6,27 @@ execution deadline, plus the longest backoff between attempts::
     cost(stage) = max_attempts × (queue_deadline_ms + execution_deadline_ms)
                   + retry.worst_case_backoff_ms()
 
-Decisions, forks and joins cost nothing. Fork branches run in parallel, so the slowest branch
-counts; that is exactly the longest path through the acyclic stage graph, found by one pass over
-the topological order (linear in stages + edges, not in the number of paths). When the longest
-entry-to-terminal path exceeds the run deadline the plan is refused (``budget-exceeded``) naming
-that path, its total and the stage that contributes most. Without ``deadline_ms`` there is no
-budget to check.
+Decisions, forks and joins cost nothing (each kind states its cost: ``StageKind.cost_ms``).
+Fork branches run in parallel, so the slowest branch counts; that is exactly the longest path
+through the acyclic stage graph, found by one pass over the topological order (linear in stages +
+edges, not in the number of paths). When the longest entry-to-terminal path exceeds the run
+deadline the plan is refused (``budget-exceeded``) naming that path, its total and the stage that
+contributes most. Without ``deadline_ms`` there is no budget to check.
 """
 
 from __future__ import annotations
 
 from accord.errors import Diagnostic
-from accord.workflow.dsl import Definition, TaskDef
+from accord.workflow.dsl import Definition
 from accord.workflow.graph import Graph
+from accord.workflow.kinds import AnyStage, kind_of
 
 __all__ = ["check_budget", "stage_cost_ms"]
 
 
-def stage_cost_ms(stage: object) -> int:
-    if not isinstance(stage, TaskDef):
-        return 0
-    t, r = stage.timeouts, stage.retry
-    return r.max_attempts * (t.queue_deadline_ms + t.execution_deadline_ms) + (
-        r.worst_case_backoff_ms()
-    )
+def stage_cost_ms(stage: AnyStage) -> int:
+    cost: int = kind_of(stage).cost_ms(stage)
+    return cost
 
 
 def check_budget(d: Definition, graph: Graph) -> list[Diagnostic]:

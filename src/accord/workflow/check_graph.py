@@ -3,8 +3,11 @@
 Checks, in order (later checks need earlier ones to hold, so the layer stops at the first group
 that fails): names unique and not terminal names; every reference resolvable (entry, routes,
 decision branches, fork branches, join ``required``, ``finaliser_failure_terminal``) and every
-terminal used is declared; each decision ends with its ``"true"`` fallback and has no other;
-no cycle; every stage reachable from the entry; forks and joins well formed.
+terminal used is declared; no list of references (fork ``branches``, join ``required``,
+``finalisers``) names one entry twice; each decision ends with its ``"true"`` fallback and has no
+other; no cycle; every stage reachable from the entry; forks and joins well formed. What a stage
+refers to is checked by its kind (``StageKind.references``, :mod:`accord.workflow.kinds`); the
+whole-graph checks, the fork/join topology among them, are here.
 
 Forks: each branch is the set of stages reachable from its entry without passing a join. A
 branch may hold tasks and decisions; it must reach only its fork's join or a terminal, and no
@@ -27,8 +30,10 @@ from collections import deque
 from dataclasses import replace
 
 from accord.errors import Diagnostic, Location
-from accord.workflow.dsl import AnyStage, DecisionDef, Definition, ForkDef, JoinDef, location_of
+from accord.workflow.dsl import Definition
 from accord.workflow.graph import Graph
+from accord.workflow.kinds import AnyStage, ForkDef, JoinDef, kind_of
+from accord.workflow.kinds.base import StageDef
 from accord.workflow.plan import TERMINALS
 
 __all__ = ["check_graph"]
@@ -57,6 +62,7 @@ def check_graph(d: Definition) -> tuple[Graph | None, list[Diagnostic]]:
                 "terminal_policy",
             )
         )
+    diags += _duplicates(d, d.finalisers, "finalisers")
     graph = Graph.build(stages, d.entry)
     for s in stages.values():
         diags += _references(d, s, stages)
@@ -84,58 +90,42 @@ def check_graph(d: Definition) -> tuple[Graph | None, list[Diagnostic]]:
 
 
 def _references(d: Definition, s: AnyStage, stages: dict[str, AnyStage]) -> list[Diagnostic]:
-    out: list[Diagnostic] = []
+    refs = _References(d, s, stages)
+    kind_of(s).references(s, refs)
+    return refs.out
 
-    def report(code: str, message: str, key: str, where: Location | None) -> None:
-        diag = s.diag(code, message, key)
-        out.append(replace(diag, location=where) if where is not None else diag)
+
+class _References:
+    """What a kind's ``references`` hook reports through (``StageKind.references``)."""
+
+    def __init__(self, d: Definition, s: AnyStage, stages: dict[str, AnyStage]) -> None:
+        self.d, self.s, self.stages = d, s, stages
+        self.out: list[Diagnostic] = []
+
+    def report(self, code: str, message: str, key: str, where: Location | None = None) -> None:
+        diag = self.s.diag(code, message, key)
+        self.out.append(replace(diag, location=where) if where is not None else diag)
 
     def target(
-        name: str, key: str, stage_only: bool = False, where: Location | None = None
+        self, name: str, key: str, *, stage_only: bool = False, where: Location | None = None
     ) -> None:
-        if name in stages:
+        if name in self.stages:
             return
         if name in TERMINALS and not stage_only:
-            if name not in d.terminals:
+            if name not in self.d.terminals:
                 message = f"terminal {name!r} is used but not declared in `terminals`"
-                report("graph-undeclared-terminal", message, key, where)
+                self.report("graph-undeclared-terminal", message, key, where)
             return
         what = "a stage" if stage_only else "a stage or a declared terminal"
-        report("graph-unknown-target", f"{key} → {name!r} is not {what}", key, where)
+        self.report("graph-unknown-target", f"{key} → {name!r} is not {what}", key, where)
 
-    if isinstance(s, DecisionDef):
-        for i, b in enumerate(s.branches):
-            target(b.next, "branches", where=location_of(b.node, "next"))
-            if b.when.strip() == "true" and i != len(s.branches) - 1:
-                message = f'branch {i + 1} is the "true" fallback but is not last'
-                report(
-                    "graph-decision-fallback-not-last",
-                    message,
-                    "branches",
-                    location_of(b.node, "when"),
-                )
-        if not s.branches or s.branches[-1].when.strip() != "true":
-            last = location_of(s.branches[-1].node, "when") if s.branches else None
-            message = 'the last branch must be the "true" fallback'
-            report("graph-decision-fallback-missing", message, "branches", last)
-        target(s.on_evaluation_error, "on_evaluation_error")
-    elif isinstance(s, ForkDef):
-        for entry in s.branches:
-            target(entry, "branches", stage_only=True)
-        out += _duplicates(s, s.branches, "branches")
-    else:
-        target(s.on_success, "on_success")
-        target(s.on_failure, "on_failure")
-        if isinstance(s, JoinDef):
-            for r in s.required:
-                target(r, "required", stage_only=True)
-            out += _duplicates(s, s.required, "required")
-    return out
+    def duplicates(self, names: tuple[str, ...], key: str) -> None:
+        self.out += _duplicates(self.s, names, key)
 
 
-def _duplicates(s: AnyStage, names: tuple[str, ...], key: str) -> list[Diagnostic]:
+def _duplicates(owner: StageDef | Definition, names: tuple[str, ...], key: str) -> list[Diagnostic]:
     dupes = sorted({n for n in names if names.count(n) > 1})
-    return [s.diag("graph-duplicate-reference", f"{key} lists {n!r} twice", key) for n in dupes]
+    return [owner.diag("graph-duplicate-reference", f"{key} lists {n!r} twice", key) for n in dupes]
 
 
 def _forks(g: Graph) -> list[Diagnostic]:

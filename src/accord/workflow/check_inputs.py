@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accord.contracts.model import FieldSpec
+from accord.contracts.yamlsource import location_of
 from accord.errors import Diagnostic
 from accord.workflow.bindings import type_matches
-from accord.workflow.dsl import TaskDef, location_of
-from accord.workflow.plan import Binding, InputValue
+from accord.workflow.values import Binding, InputValue
+
+if TYPE_CHECKING:  # the task kind imports this module to type its input
+    from accord.workflow.kinds.task import TaskDef
 
 __all__ = ["Source", "may_be_missing", "type_input", "walk"]
 

@@ -10,6 +10,10 @@ read only fields that exist (context contract, result contracts), only stages gu
 completed (``result``) or run (``state``) on every path to the decision, and an optional field
 only under a ``has()`` test of that field.
 
+What each stage needs is its kind's (``StageKind.resolve`` and ``StageKind.check_reads``,
+:mod:`accord.workflow.kinds`); this layer is the :class:`~accord.workflow.kinds.base.TypeContext`
+they work in, and checks the context contract and the finalisers itself.
+
 Codes: ``type-unknown-capability``, ``type-unknown-contract``, ``type-capability-kind``,
 ``type-capability-planned``, ``type-capability-deprecated`` (warning), ``type-queue-missing``,
 ``type-queue-mismatch`` (warning), ``type-cache-not-cacheable``, ``type-retry-unknown-error``,
@@ -20,30 +24,17 @@ Codes: ``type-unknown-capability``, ``type-unknown-contract``, ``type-capability
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from accord.contracts.model import CapabilityContract, ContractRef, FieldSpec, MessageContract
+from accord.contracts.model import ContractRef, FieldSpec, MessageContract
 from accord.errors import Diagnostic
 from accord.workflow.catalog import ContractCatalogLike
-from accord.workflow.cel_refs import Reference
-from accord.workflow.check_inputs import may_be_missing, type_input, walk
-from accord.workflow.dsl import DecisionDef, Definition, StageDef, TaskDef, location_of
-from accord.workflow.expressions import compile_expression
+from accord.workflow.dsl import Definition, StageDef
 from accord.workflow.graph import Graph, guaranteed
-from accord.workflow.plan import Binding, CapabilityPin, InputValue
+from accord.workflow.kinds import kind_of
+from accord.workflow.kinds.base import Resolved
+from accord.workflow.plan import Binding, CapabilityPin
 
 __all__ = ["Resolved", "check_types"]
-
-
-@dataclass(slots=True)
-class Resolved:
-    pins: dict[str, CapabilityPin] = field(default_factory=dict)  # stage → capability
-    compensations: dict[str, CapabilityPin] = field(default_factory=dict)
-    finalisers: list[CapabilityPin] = field(default_factory=list)
-    inputs: dict[str, dict[str, InputValue]] = field(default_factory=dict)
-    queues: dict[str, str | None] = field(default_factory=dict)
-    capabilities: dict[str, CapabilityContract] = field(default_factory=dict)  # ref → contract
-    contracts: dict[str, str] = field(default_factory=dict)  # ref → digest
 
 
 def _a(kind: str) -> str:
@@ -136,9 +127,9 @@ class _Typer:
         target = self.graph.stages.get(name)
         if target is None:
             return None, "type-binding-unknown-stage", f"no stage {name!r}"
-        if not isinstance(target, TaskDef):
+        if not kind_of(target).has_result:
             return None, "type-binding-no-result", f"{target.type} stage {name!r} has no result"
-        if not self.completed[at] >> self.position[name] & 1:
+        if not self.guaranteed(at, name, "result"):
             return (
                 None,
                 "type-binding-not-completed",
@@ -146,96 +137,13 @@ class _Typer:
             )
         return self.result_fields(name), "", ""
 
-    def task(self, s: TaskDef) -> None:
-        pin = self.pin(s.capability, s.type, s, s.type)
-        if s.compensate:
-            comp = self.pin(s.compensate, "action", s, "compensate")
-            if comp is not None:
-                self.out.compensations[s.name] = comp
-        if pin is None:
-            return
-        self.out.pins[s.name] = pin
-        cap = self.out.capabilities[s.capability]
-        queue = s.queue
-        if s.type == "worker":
-            queue = s.queue or cap.queue
-            if queue is None:
-                self.diags.append(
-                    s.diag(
-                        "type-queue-missing", "no queue on the stage or its capability", "worker"
-                    )
-                )
-            elif cap.queue and queue != cap.queue:
-                self.diags.append(
-                    s.diag(
-                        "type-queue-mismatch",
-                        f"queue {queue!r} differs from the capability's {cap.queue!r}",
-                        "queue",
-                        severity="warning",
-                    )
-                )
-        self.out.queues[s.name] = queue
-        if s.cache.enabled and not cap.cacheable:
-            self.diags.append(
-                s.diag("type-cache-not-cacheable", f"{s.capability} is not cacheable", "cache")
-            )
-        for cls in s.retry.retry_on:
-            if cls not in ("retryable", "timeout") and cls not in cap.errors:
-                self.diags.append(
-                    s.diag(
-                        "type-retry-unknown-error",
-                        f"retry_on {cls!r} is neither a class nor an error of {s.capability}",
-                        "retry",
-                    )
-                )
-        request = self.catalog.message(cap.request)
-        if request is not None:
-            typed, found = type_input(s, request.payload, lambda b: self.source(b, s.name))
-            self.out.inputs[s.name] = typed
-            self.diags += found
+    def has_result(self, stage: str) -> bool:
+        target = self.graph.stages.get(stage)
+        return target is not None and kind_of(target).has_result
 
-    def decision(self, s: DecisionDef) -> None:
-        for branch in s.branches:
-            compiled = compile_expression(branch.when)
-            guards = {(r.stage, r.path) for r in compiled.references if r.kind == "has"}
-            for ref in compiled.references:
-                problem = self.reference(s, ref, guards)
-                if problem:
-                    code, message = problem
-                    where = location_of(branch.node, "when")
-                    text = f"`{branch.when}`: {message}"
-                    self.diags.append(Diagnostic(code, text, where, "branches.when", s.name))
-
-    def reference(
-        self, s: DecisionDef, ref: Reference, guards: set[tuple[str | None, tuple[str, ...]]]
-    ) -> tuple[str, str] | None:
-        fields: Mapping[str, FieldSpec] | None
-        if ref.stage is None:
-            fields = self.context.payload if self.context else None
-        else:
-            target = self.graph.stages.get(ref.stage)
-            if not isinstance(target, TaskDef):
-                return "type-expression-unknown-stage", f"no task stage {ref.stage!r}"
-            sets = self.completed if ref.part == "result" else self.ran
-            if not sets[s.name] >> self.position[ref.stage] & 1:
-                verb = "completed" if ref.part == "result" else "run"
-                return (
-                    "type-expression-not-completed",
-                    f"stage {ref.stage!r} has not {verb} on every path to this decision",
-                )
-            fields = self.result_fields(ref.stage) if ref.part == "result" else None
-        specs, problem = walk(fields, ref.path)
-        if problem:
-            return "type-expression-unknown-field", problem
-        checked = specs if ref.kind == "read" else specs[:-1]
-        for i, spec in enumerate(checked):
-            if may_be_missing(spec) and (ref.stage, ref.path[: i + 1]) not in guards:
-                field_path = ".".join(ref.path[: i + 1])
-                return (
-                    "type-expression-unguarded-optional",
-                    f"{field_path!r} is optional; read it under has(…{field_path})",
-                )
-        return None
+    def guaranteed(self, at: str, stage: str, part: str) -> bool:
+        sets = self.completed if part == "result" else self.ran
+        return bool(sets[at] >> self.position[stage] & 1)
 
 
 def check_types(
@@ -247,11 +155,9 @@ def check_types(
         t.context = t.message(ContractRef.parse(d.context), None, "context")
     for name in graph.topo:  # producers before consumers
         stage = graph.stages[name]
-        if isinstance(stage, TaskDef):
-            t.task(stage)
+        kind_of(stage).resolve(t, stage)
     for stage in graph.stages.values():
-        if isinstance(stage, DecisionDef):
-            t.decision(stage)
+        kind_of(stage).check_reads(t, stage)
     for ref in d.finalisers:
         pin = t.pin(ref, "action", None, "finalisers")
         if pin is not None:

@@ -1,6 +1,6 @@
 """The workflow compiler: definition text → checked, canonical, digest-pinned :class:`Plan`.
 
-Five check layers run in order, each its own module with its own codes (ARCHITECTURE §3):
+Five check layers run in order, each its own module with its own codes (docs/architecture.md §3):
 
 1. :mod:`.check_schema` — shapes, required and allowed fields, bounds, binding syntax, CEL
    compilation (size, cost, result type);
@@ -31,28 +31,11 @@ from accord.workflow.check_budget import check_budget
 from accord.workflow.check_graph import check_graph
 from accord.workflow.check_schema import check_schema
 from accord.workflow.check_types import Resolved, check_types
-from accord.workflow.dsl import (
-    DecisionDef,
-    Definition,
-    ForkDef,
-    JoinDef,
-    Node,
-    TaskDef,
-    parse_data,
-    parse_text,
-)
-from accord.workflow.expressions import compile_expression
+from accord.workflow.dsl import Definition, Node, parse_data, parse_text
 from accord.workflow.graph import Graph
-from accord.workflow.plan import (
-    TERMINALS,
-    DecisionBranch,
-    DecisionStage,
-    ForkStage,
-    JoinStage,
-    Plan,
-    Stage,
-    TaskStage,
-)
+from accord.workflow.kinds import AnyStage, Stage, kind_of
+from accord.workflow.kinds.base import Placement
+from accord.workflow.plan import TERMINALS, Plan
 
 __all__ = ["CompileResult", "ContractCatalogLike", "compile_definition", "compile_workflow"]
 
@@ -118,45 +101,12 @@ def _compile(
     return CompileResult(_plan(definition, graph, resolved, filename), tuple(diags))
 
 
-def _stage(s: TaskDef | DecisionDef | ForkDef | JoinDef, g: Graph, r: Resolved) -> Stage:
+def _stage(s: AnyStage, g: Graph, r: Resolved) -> Stage:
     fork, branch = g.member.get(s.name, (None, None))
-    line = s.node.location.line
-    if isinstance(s, TaskDef):
-        return TaskStage(
-            name=s.name,
-            type=s.type,
-            capability=r.pins[s.name],
-            input=r.inputs.get(s.name, dict(s.input)),
-            on_success=s.on_success,
-            on_failure=s.on_failure,
-            retry=s.retry,
-            timeouts=s.timeouts,
-            queue=r.queues.get(s.name),
-            cache=s.cache,
-            compensate=r.compensations.get(s.name),
-            fork=fork,
-            branch=branch,
-            line=line,
-        )
-    if isinstance(s, DecisionDef):
-        branches = []
-        for b in s.branches:
-            compiled = compile_expression(b.when)
-            branches.append(DecisionBranch(b.when, b.next, compiled.stages, compiled.summary))
-        return DecisionStage(
-            s.name, tuple(branches), s.on_evaluation_error, fork=fork, branch=branch, line=line
-        )
-    if isinstance(s, ForkDef):
-        return ForkStage(s.name, s.branches, g.fork_join[s.name], line=line)
-    return JoinStage(
-        name=s.name,
-        fork=g.join_fork.get(s.name),
-        required=s.required,
-        acceptable_terminal_states=s.acceptable_terminal_states,
-        on_success=s.on_success,
-        on_failure=s.on_failure,
-        line=line,
-    )
+    matching = g.fork_join.get(s.name) or g.join_fork.get(s.name)
+    at = Placement(s.node.location.line, fork, branch, matching)
+    stage: Stage = kind_of(s).plan(s, at, r)
+    return stage
 
 
 def _plan(d: Definition, g: Graph, r: Resolved, filename: str) -> Plan:

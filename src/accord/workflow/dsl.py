@@ -10,7 +10,8 @@ Parsing is two steps so every later finding can name ``file:line:column``:
    :class:`Definition` below, checking shapes and bounds on the way.
 
 Definitions keep the node they came from; :meth:`StageDef.at` finds the location of one field so
-the graph, contract, budget and admission layers point at the exact line they object to.
+the graph, contract, budget and admission layers point at the exact line they object to. Each
+stage's class belongs to its kind (:mod:`accord.workflow.kinds`) and is re-exported here.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from accord.contracts.yamlsource import Node, compose
+from accord.contracts.yamlsource import Node, compose, location_of
 from accord.errors import Diagnostic, Location
-from accord.workflow.plan import CachePolicy, RetryPolicy, TerminalPolicy, Timeouts
+from accord.workflow.kinds import AnyStage, DecisionDef, ForkDef, JoinDef, TaskDef
+from accord.workflow.kinds.base import StageDef
+from accord.workflow.plan import TerminalPolicy
 
 __all__ = [
     "DecisionDef",
@@ -54,75 +57,6 @@ def _node(data: Any, where: Location) -> Node:
     if kind is list or kind is tuple:
         return Node("seq", where, items=tuple(_node(v, where) for v in data))
     return Node("scalar", where, data)
-
-
-def location_of(node: Node, key: str | None = None) -> Location:
-    """Where ``key`` is written inside mapping ``node``: a scalar's own position, the key's for
-    a mapping or list (its first line may be far below), else the node itself."""
-    if key is not None and node.kind == "map":
-        for name, value, key_loc in node.entries:
-            if name == key:
-                scalar = value.kind == "scalar" and value.location.line
-                return value.location if scalar else key_loc
-    return node.location
-
-
-@dataclass(frozen=True, slots=True)
-class StageDef:
-    name: str
-    node: Node = field(compare=False, repr=False)
-
-    def at(self, key: str | None = None) -> Location:
-        return location_of(self.node, key)
-
-    def diag(self, code: str, message: str, key: str | None = None, **kw: Any) -> Diagnostic:
-        return Diagnostic(code, message, self.at(key), path=key or "", stage=self.name, **kw)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskDef(StageDef):
-    type: Literal["worker", "action"] = "worker"
-    capability: str = ""
-    queue: str | None = None
-    input: Mapping[str, Any] = field(default_factory=dict)
-    on_success: str = ""
-    on_failure: str = ""
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    timeouts: Timeouts = field(default_factory=Timeouts)
-    cache: CachePolicy = field(default_factory=CachePolicy)
-    compensate: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class BranchDef:
-    when: str
-    next: str
-    node: Node = field(compare=False, repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionDef(StageDef):
-    branches: tuple[BranchDef, ...] = ()
-    on_evaluation_error: str = ""
-    type: Literal["decision"] = "decision"
-
-
-@dataclass(frozen=True, slots=True)
-class ForkDef(StageDef):
-    branches: tuple[str, ...] = ()
-    type: Literal["fork"] = "fork"
-
-
-@dataclass(frozen=True, slots=True)
-class JoinDef(StageDef):
-    required: tuple[str, ...] = ()
-    acceptable_terminal_states: tuple[str, ...] = ("completed",)
-    on_success: str = ""
-    on_failure: str = ""
-    type: Literal["join"] = "join"
-
-
-AnyStage = TaskDef | DecisionDef | ForkDef | JoinDef
 
 
 @dataclass(frozen=True, slots=True)

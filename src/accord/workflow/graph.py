@@ -2,9 +2,9 @@
 
 Edges come from ``on_success``, ``on_failure``, ``on_evaluation_error``, decision branch
 ``next``, fork ``branches`` (fork → branch entry) and implicitly from a fork's branches into
-their join. A target is a stage name or a terminal. The graph layer
-(:mod:`accord.workflow.check_graph`) checks it; the contract and budget layers reuse the
-topological order and the two analyses here:
+their join; each stage kind lists its own (``StageKind.edges``, :mod:`accord.workflow.kinds`).
+A target is a stage name or a terminal. The graph layer (:mod:`accord.workflow.check_graph`)
+checks it; the contract and budget layers reuse the topological order and the two analyses here:
 
 - :func:`guaranteed` — for each stage, the set of stages guaranteed to have *completed* (or, with
   ``success_only=False``, to have *run*) on every path that reaches it: the meet-over-all-paths
@@ -21,31 +21,15 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from accord.workflow.dsl import AnyStage, DecisionDef, ForkDef, JoinDef, TaskDef
+from accord.workflow.kinds import AnyStage, ForkDef, JoinDef, kind_of
+from accord.workflow.kinds.base import Edge
 
 __all__ = ["Edge", "Graph", "edges_of", "guaranteed"]
 
 
-@dataclass(frozen=True, slots=True)
-class Edge:
-    source: str
-    target: str
-    kind: str  # success | failure | evaluation-error | branch | fork
-    key: str  # the DSL field the edge is written in, for locations
-
-
 def edges_of(stage: AnyStage) -> list[Edge]:
     """Outgoing edges written on ``stage`` (fork → join edges are added by the graph)."""
-    n = stage.name
-    if isinstance(stage, TaskDef | JoinDef):
-        return [
-            Edge(n, stage.on_success, "success", "on_success"),
-            Edge(n, stage.on_failure, "failure", "on_failure"),
-        ]
-    if isinstance(stage, DecisionDef):
-        out = [Edge(n, b.next, "branch", "branches") for b in stage.branches]
-        return [*out, Edge(n, stage.on_evaluation_error, "evaluation-error", "on_evaluation_error")]
-    return [Edge(n, b, "fork", "branches") for b in stage.branches]
+    return kind_of(stage).edges(stage)
 
 
 @dataclass(slots=True)
@@ -140,7 +124,7 @@ def guaranteed(graph: Graph, success_only: bool = True) -> dict[str, int]:
     def leaving(e: Edge) -> int:
         src = graph.stages[e.source]
         mask = before[e.source]
-        if isinstance(src, TaskDef) and (e.kind == "success" or not success_only):
+        if kind_of(src).has_result and (e.kind == "success" or not success_only):
             mask |= bit[e.source]
         if isinstance(src, JoinDef) and e.kind == "failure":
             mask = before.get(graph.join_fork.get(e.source, ""), 0)

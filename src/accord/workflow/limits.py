@@ -7,7 +7,7 @@ bounded by them. Durations are milliseconds.
 
 from __future__ import annotations
 
-from accord.workflow.plan import TERMINALS
+from accord.workflow.values import TERMINALS
 
 __all__ = [
     "MAX_ATTEMPTS",

@@ -13,12 +13,15 @@ fork → branch, → join      ``--o`` circle end  bold, blue
 
 Shapes: tasks are rectangles (worker/action and capability in the label), decisions rhombi,
 forks and joins hexagons, terminals stadiums. Node ids are ``s0``, ``s1``… so any stage name is
-safe; labels carry the names. Pure: producing an SVG file is the CLI's job.
+safe; labels carry the names. Each kind states its shape, class, label and edges
+(:mod:`accord.workflow.kinds`); the drawing conventions are here. Pure: producing an SVG file is
+the CLI's job.
 """
 
 from __future__ import annotations
 
-from accord.workflow.plan import DecisionStage, ForkStage, JoinStage, Plan, Stage, TaskStage
+from accord.workflow.kinds import Stage, kind_of
+from accord.workflow.plan import Plan
 
 __all__ = ["to_dot", "to_mermaid"]
 
@@ -30,10 +33,8 @@ def _ids(plan: Plan) -> dict[str, str]:
 
 
 def _label(stage: Stage) -> str:
-    if isinstance(stage, TaskStage):
-        queue = f" · {stage.queue}" if stage.queue else ""
-        return f"{stage.name}<br/>{stage.type} {stage.capability.ref}{queue}"
-    return f"{stage.name}<br/>{stage.type}"
+    label: str = kind_of(stage).label(stage)
+    return label
 
 
 def _quote(text: str) -> str:
@@ -41,28 +42,28 @@ def _quote(text: str) -> str:
 
 
 def _edges(plan: Plan, stage: Stage) -> list[tuple[str, str, str]]:
-    """(target, kind, label) with kind success | failure | decision | fork (fork/join edges)."""
-    if isinstance(stage, TaskStage | JoinStage):
-        joining = plan.has_stage(stage.on_success) and plan.stage(stage.on_success).type == "join"
-        success = ("fork", "join") if joining else ("success", "")
-        return [(stage.on_success, *success), (stage.on_failure, "failure", "failure")]
-    if isinstance(stage, DecisionStage):
-        out = [(b.next, "decision", b.when) for b in stage.branches]
-        return [*out, (stage.on_evaluation_error, "failure", "evaluation error")]
-    assert isinstance(stage, ForkStage)
-    return [(b, "fork", "fork") for b in stage.branches]
+    """(target, kind, label) with kind success | failure | decision | fork (fork/join edges);
+    a success edge into a join is drawn as the branch joining."""
+    out: list[tuple[str, str, str]] = []
+    for arrow in kind_of(stage).arrows(stage):
+        target, kind, _ = arrow
+        joining = kind == "success" and _is_join(plan, target)
+        out.append((target, "fork", "join") if joining else arrow)
+    return out
+
+
+def _is_join(plan: Plan, target: str) -> bool:
+    return plan.has_stage(target) and plan.stage(target).type == "join"
+
+
+_MERMAID = {"box": '["{}"]', "diamond": '{{"{}"}}', "hexagon": '{{{{"{}"}}}}'}
 
 
 def to_mermaid(plan: Plan) -> str:
     ids = _ids(plan)
     lines = ["flowchart TD"]
     for s in plan.stages:
-        text = _quote(_label(s))
-        shape = {
-            "decision": f'{{"{text}"}}',
-            "fork": f'{{{{"{text}"}}}}',
-            "join": f'{{{{"{text}"}}}}',
-        }.get(s.type, f'["{text}"]')
+        shape = _MERMAID[kind_of(s).shape].format(_quote(_label(s)))
         lines.append(f"  {ids[s.name]}{shape}")
     lines += [f'  {ids[t]}(["{t}"])' for t in plan.terminals]
     arrows = {"success": "-->", "failure": "-.->", "decision": "==>", "fork": "--o"}
@@ -75,8 +76,8 @@ def to_mermaid(plan: Plan) -> str:
         "  classDef forkjoin fill:#e3f0ff,stroke:#1f5fbf",
         "  classDef terminal fill:#eeeeee,stroke:#555555",
     ]
-    for cls, kinds in (("decision", ("decision",)), ("forkjoin", ("fork", "join"))):
-        members = [ids[s.name] for s in plan.stages if s.type in kinds]
+    for cls in ("decision", "forkjoin"):
+        members = [ids[s.name] for s in plan.stages if kind_of(s).style == cls]
         if members:
             lines.append(f"  class {','.join(members)} {cls}")
     lines.append(f"  class {','.join(ids[t] for t in plan.terminals)} terminal")
@@ -90,9 +91,8 @@ def _dot_text(text: str) -> str:
 def to_dot(plan: Plan) -> str:
     ids = _ids(plan)
     lines = [f'digraph "{_dot_text(plan.name)}" {{', "  rankdir=TB;", "  node [fontsize=11];"]
-    shapes = {"decision": "diamond", "fork": "hexagon", "join": "hexagon"}
     for s in plan.stages:
-        shape = shapes.get(s.type, "box")
+        shape = kind_of(s).shape  # DOT spells the three shapes the same way
         lines.append(f'  {ids[s.name]} [label="{_dot_text(_label(s))}", shape={shape}];')
     lines += [f'  {ids[t]} [label="{t}", shape=oval, style=filled];' for t in plan.terminals]
     styles = {

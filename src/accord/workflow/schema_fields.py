@@ -1,8 +1,9 @@
 """Typed field readers for the schema layer: each reads one key and records what is wrong.
 
-A :class:`Reader` never raises: a wrong field becomes a :class:`~accord.errors.Diagnostic` at the
-field's own line and column, and the reader returns a harmless placeholder so checking continues
-and every problem in a file is reported at once.
+A :class:`SchemaReader` is the shared source reader of :mod:`accord.contracts.yamlsource`, worded
+with the ``schema-*`` codes. It never raises: a wrong field becomes a
+:class:`~accord.errors.Diagnostic` at the field's own line and column, and the reader returns a
+harmless placeholder so checking continues and every problem in a file is reported at once.
 """
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from accord.errors import Diagnostic
+from accord.contracts.yamlsource import Node, Reader, holds
 from accord.workflow import limits
-from accord.workflow.dsl import Node, location_of
-from accord.workflow.plan import RetryPolicy, Timeouts
+from accord.workflow.values import RetryPolicy, Timeouts
 
-__all__ = ["Reader"]
+__all__ = ["SchemaReader"]
 
 _REQUIRED: Any = object()
 _NAME = re.compile(limits.NAME_PATTERN)
@@ -29,32 +29,18 @@ def _written(node: Node, key: str) -> bool:
     return value is not None and value.kind == "scalar" and isinstance(value.value, str)
 
 
-class Reader:
-    def __init__(self) -> None:
-        self.diagnostics: list[Diagnostic] = []
-
-    @property
-    def failed(self) -> bool:
-        return any(d.severity == "error" for d in self.diagnostics)
-
-    def error(
-        self, code: str, message: str, node: Node, key: str | None = None, stage: str = ""
-    ) -> None:
-        self.diagnostics.append(
-            Diagnostic(code, message, location_of(node, key), path=key or "", stage=stage)
-        )
+class SchemaReader(Reader):
+    """Reads workflow definitions: each problem is a ``schema-*`` finding at the key it names."""
 
     def closed(self, node: Node, allowed: set[str], stage: str) -> None:
         for key, _, key_loc in node.entries:
             if key not in allowed:
-                self.diagnostics.append(
-                    Diagnostic(
-                        "schema-unknown-field",
-                        f"unknown field {key!r} (allowed: {', '.join(sorted(allowed))})",
-                        key_loc,
-                        path=key,
-                        stage=stage,
-                    )
+                self.error(
+                    "schema-unknown-field",
+                    f"unknown field {key!r} (allowed: {', '.join(sorted(allowed))})",
+                    key_loc,
+                    key,
+                    stage,
                 )
 
     def child(
@@ -63,13 +49,13 @@ class Reader:
         value = node.get(key)
         if value is None:
             if required:
-                self.error(
+                self.error_at(
                     "schema-missing-field", f"missing required field {key!r}", node, None, stage
                 )
             return None
         if value.kind != kind:
             want = {"map": "a mapping", "seq": "a list", "scalar": "a value"}[kind]
-            self.error("schema-type", f"{key!r} must be {want}", node, key, stage)
+            self.error_at("schema-type", f"{key!r} must be {want}", node, key, stage)
             return None
         return value
 
@@ -77,13 +63,13 @@ class Reader:
         value = node.get(key)
         if value is None or (value.kind == "scalar" and value.value is None):
             if default is _REQUIRED:
-                self.error(
+                self.error_at(
                     "schema-missing-field", f"missing required field {key!r}", node, None, stage
                 )
                 return None
             return default
         if value.kind != "scalar":
-            self.error("schema-type", f"{key!r} must be a single value", node, key, stage)
+            self.error_at("schema-type", f"{key!r} must be a single value", node, key, stage)
             return None
         return value.value
 
@@ -91,15 +77,17 @@ class Reader:
         value = self._scalar(node, key, stage, default)
         if value is None or value is default:
             return value if value is not None else ("" if default is _REQUIRED else default)
-        if not isinstance(value, str):
-            self.error("schema-type", f"{key!r} must be a string, got {value!r}", node, key, stage)
+        if not holds(value, str):
+            self.error_at(
+                "schema-type", f"{key!r} must be a string, got {value!r}", node, key, stage
+            )
             return ""
         return value
 
     def name(self, node: Node, key: str, stage: str) -> str:
         value: str = self.text(node, key, stage)
         if _written(node, key) and not _NAME.match(value):
-            self.error(
+            self.error_at(
                 "schema-name",
                 f"{value!r} is not a valid name ({limits.NAME_PATTERN})",
                 node,
@@ -114,7 +102,7 @@ class Reader:
         value = self.text(node, key, stage, _REQUIRED if default is None else default)
         if value not in options:
             if value:
-                self.error(
+                self.error_at(
                     "schema-enum", f"{key} {value!r} is not one of {options}", node, key, stage
                 )
             return None
@@ -127,7 +115,7 @@ class Reader:
         out: list[str] = []
         for item in seq.items:
             if item.kind != "scalar" or not isinstance(item.value, str):
-                self.error("schema-type", f"{key!r} holds names (strings)", item, None, stage)
+                self.error_at("schema-type", f"{key!r} holds names (strings)", item, None, stage)
                 continue
             out.append(item.value)
         return tuple(out)
@@ -135,7 +123,9 @@ class Reader:
     def capability_ref(self, node: Node, key: str, stage: str) -> str:
         value: str = self.text(node, key, stage)
         if _written(node, key) and not _REF.match(value):
-            self.error("schema-capability-ref", f"{value!r} is not name@version", node, key, stage)
+            self.error_at(
+                "schema-capability-ref", f"{value!r} is not name@version", node, key, stage
+            )
         return value
 
     def capability_refs(self, node: Node, key: str) -> tuple[str, ...]:
@@ -143,13 +133,15 @@ class Reader:
         refs = self.names(node, key, "", required=False)
         for ref in refs:
             if not _REF.match(ref):
-                self.error("schema-capability-ref", f"{ref!r} is not name@version", node, key)
+                self.error_at("schema-capability-ref", f"{ref!r} is not name@version", node, key)
         return refs
 
     def optional_ref(self, node: Node, key: str, stage: str) -> str | None:
         value: str | None = self.text(node, key, stage, default=None)
         if value and not _REF.match(value):
-            self.error("schema-capability-ref", f"{value!r} is not name@version", node, key, stage)
+            self.error_at(
+                "schema-capability-ref", f"{value!r} is not name@version", node, key, stage
+            )
         return value or None
 
     def integer(
@@ -158,14 +150,16 @@ class Reader:
         value = self._scalar(node, key, stage, default)
         if value is None or value is default:
             return default
-        if not isinstance(value, int) or isinstance(value, bool):
-            self.error(
+        if not holds(value, int):
+            self.error_at(
                 "schema-type", f"{key!r} must be an integer, got {value!r}", node, key, stage
             )
             return default
         lo, hi = bounds
         if not lo <= value <= hi:
-            self.error("schema-bound", f"{key} {value} is outside [{lo}, {hi}]", node, key, stage)
+            self.error_at(
+                "schema-bound", f"{key} {value} is outside [{lo}, {hi}]", node, key, stage
+            )
             return default
         return value
 
@@ -173,19 +167,23 @@ class Reader:
         self, node: Node, key: str, stage: str, bounds: tuple[float, float], default: float
     ) -> float:
         value = self._scalar(node, key, stage, default)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.error("schema-type", f"{key!r} must be a number, got {value!r}", node, key, stage)
+        if not holds(value, float):
+            self.error_at(
+                "schema-type", f"{key!r} must be a number, got {value!r}", node, key, stage
+            )
             return default
         lo, hi = bounds
         if not lo <= value <= hi:
-            self.error("schema-bound", f"{key} {value} is outside [{lo}, {hi}]", node, key, stage)
+            self.error_at(
+                "schema-bound", f"{key} {value} is outside [{lo}, {hi}]", node, key, stage
+            )
             return default
         return float(value)
 
     def boolean(self, node: Node, key: str, stage: str, default: bool) -> bool:
         value = self._scalar(node, key, stage, default)
-        if not isinstance(value, bool):
-            self.error("schema-type", f"{key!r} must be true or false", node, key, stage)
+        if not holds(value, bool):
+            self.error_at("schema-type", f"{key!r} must be true or false", node, key, stage)
             return default
         return value
 
@@ -198,7 +196,7 @@ class Reader:
         retry_on = self.names(n, "retry_on", stage, required=False) if n.get("retry_on") else None
         for cls in retry_on or ():
             if not _ERROR_CLASS.match(cls):
-                self.error("schema-enum", f"{cls!r} is not an error class", n, "retry_on", stage)
+                self.error_at("schema-enum", f"{cls!r} is not an error class", n, "retry_on", stage)
         backoff = (0, limits.MAX_BACKOFF_MS)
         attempts = self.integer(n, "max_attempts", stage, (1, limits.MAX_ATTEMPTS), d.max_attempts)
         initial = self.integer(n, "initial_backoff_ms", stage, backoff, d.initial_backoff_ms)
@@ -212,7 +210,7 @@ class Reader:
             retry_on=tuple(retry_on) if retry_on is not None else d.retry_on,
         )
         if policy.max_backoff_ms < policy.initial_backoff_ms:
-            self.error(
+            self.error_at(
                 "schema-bound",
                 "max_backoff_ms is below initial_backoff_ms",
                 n,
@@ -231,7 +229,9 @@ class Reader:
         self.closed(n, set(Timeouts.__dataclass_fields__), stage)
         if top is not None and n.get("execution_deadline_ms") is not None:
             message = "execution_deadline_ms is given twice (stage and timeouts)"
-            self.error("schema-duplicate-deadline", message, node, "execution_deadline_ms", stage)
+            self.error_at(
+                "schema-duplicate-deadline", message, node, "execution_deadline_ms", stage
+            )
         execution = self.integer(
             n, "execution_deadline_ms", stage, run, top or d.execution_deadline_ms
         )
@@ -239,7 +239,7 @@ class Reader:
         heartbeat = self.integer(n, "heartbeat_timeout_ms", stage, run, None)
         if heartbeat is not None and heartbeat > execution:
             message = "heartbeat_timeout_ms exceeds execution_deadline_ms"
-            self.error("schema-bound", message, n, "heartbeat_timeout_ms", stage)
+            self.error_at("schema-bound", message, n, "heartbeat_timeout_ms", stage)
         queue = self.integer(
             n, "queue_deadline_ms", stage, (1, limits.MAX_QUEUE_MS), d.queue_deadline_ms
         )

@@ -11,7 +11,7 @@ import pytest
 
 from accord.actions import Platform, PlatformConfig, register_platform_actions
 from accord.contracts.validate import Validator
-from accord.engine.actions import ActionContext, ActionRegistry
+from accord.engine.runtime.actions import ActionContext, ActionRegistry
 from tests.unit.actions.test_cache import Clock, catalog, metadata
 
 ANALYSIS = {

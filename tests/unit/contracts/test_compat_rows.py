@@ -1,4 +1,5 @@
-"""Every row of COMPATIBILITY.md, in both directions, at the top level, in a nested object and in
+"""Every row of docs/compatibility.md, in both directions, at the top level, in a nested object and
+in
 array items: code, path, backward and forward verdicts and action."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Assertions named after RELIABILITY.md's invariants, usable by any test that drives the machine.
+"""Assertions named after docs/reliability.md's invariants, usable by any test that drives the
+machine.
 
 Each helper takes plain values — the record before, the event, the :class:`Transition` after, or
 the accumulated history and timers — so scenario, property and integration tests can all call
@@ -12,17 +13,17 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from accord.canonical import canonical_json
-from accord.engine.effects import (
+from accord.engine.machine import Transition
+from accord.engine.machine.effects import (
     CancelTimer,
     DispatchJob,
     EmitTelemetry,
     InvokeAction,
     ScheduleTimer,
 )
-from accord.engine.events import Event
-from accord.engine.machine import Transition
-from accord.engine.replay import replay
-from accord.engine.state import ACTIVE_ATTEMPT, HistoryEntry, RunState
+from accord.engine.machine.events import Event
+from accord.engine.machine.replay import replay
+from accord.engine.machine.state import ACTIVE_ATTEMPT, HistoryEntry, RunState
 from accord.workflow.plan import Plan
 
 CALLBACK_KINDS = frozenset(

@@ -10,14 +10,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from accord.engine.effects import (
+from accord.engine.machine import Transition, apply
+from accord.engine.machine.effects import (
     CancelTimer,
     DispatchJob,
     Effect,
     InvokeAction,
     ScheduleTimer,
 )
-from accord.engine.events import (
+from accord.engine.machine.events import (
     Event,
     HeartbeatReceived,
     PoisonReported,
@@ -28,8 +29,7 @@ from accord.engine.events import (
     StageSucceeded,
     TimerFired,
 )
-from accord.engine.machine import Transition, apply
-from accord.engine.state import HistoryEntry, RunState
+from accord.engine.machine.state import HistoryEntry, RunState
 from accord.workflow.plan import Plan
 from tests.unit.engine import invariants as inv
 
@@ -93,7 +93,7 @@ class Sim:
             inv.assert_i6_deadlines(self.plan, tr.run, self._live_timers())
 
     def _event(self, tr: Transition) -> Event:
-        from accord.engine.events import event_from_json
+        from accord.engine.machine.events import event_from_json
 
         return event_from_json(tr.history[0].event)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from accord.engine import ids
-from accord.engine.effects import CancelTimer, EmitTelemetry, ScheduleTimer
-from accord.engine.events import StageAccepted, StageSucceeded
+from accord.engine.machine import ids
+from accord.engine.machine.effects import CancelTimer, EmitTelemetry, ScheduleTimer
+from accord.engine.machine.events import StageAccepted, StageSucceeded
 from accord.workflow.plan import Timeouts
 from tests.unit.engine import invariants as inv
 from tests.unit.engine import plans
@@ -148,7 +148,7 @@ def test_I3_fences_are_unguessable_and_never_reissued() -> None:
 
 def test_I3_fence_is_not_reissued_after_the_store_loses_a_suffix() -> None:
     from accord.engine.machine import apply
-    from accord.engine.replay import replay
+    from accord.engine.machine.replay import replay
 
     sim = Sim(plans.linear(retry=plans.RetryPolicy(max_attempts=3)))
     sim.start()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from accord.engine import ids
-from accord.engine.effects import CancelTimer, DispatchJob, RequestCancellation
+from accord.engine.machine import ids
+from accord.engine.machine.effects import CancelTimer, DispatchJob, RequestCancellation
 from accord.workflow.plan import RetryPolicy, Timeouts
 from tests.unit.engine import invariants as inv
 from tests.unit.engine import plans
@@ -121,7 +121,7 @@ def test_rearmed_heartbeat_timer_firing_early_is_a_no_op() -> None:
     stale_due = sim.timer("heartbeat", "a")
     sim.now += 1_000
     sim.heartbeat("a")
-    from accord.engine.events import TimerFired
+    from accord.engine.machine.events import TimerFired
 
     early = sim.apply(
         TimerFired(

@@ -1,13 +1,12 @@
-"""Run start, dispatch envelopes, actions, bindings and decisions (ARCHITECTURE §4)."""
+"""Run start, dispatch envelopes, actions, bindings and decisions (docs/architecture.md §4)."""
 
 from __future__ import annotations
 
 import pytest
 
-from accord.engine import ids
-from accord.engine.effects import DispatchJob, InvokeAction, ScheduleTimer
-from accord.engine.events import CancelRequested, RunStarted
-from accord.engine.machine import apply
+from accord.engine.machine import apply, ids
+from accord.engine.machine.effects import DispatchJob, InvokeAction, ScheduleTimer
+from accord.engine.machine.events import CancelRequested, RunStarted
 from accord.errors import EngineError
 from accord.workflow.plan import DecisionBranch, DecisionStage
 from tests.unit.engine import plans

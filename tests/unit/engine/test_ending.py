@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from accord.engine.effects import InvokeAction, RequestCancellation
-from accord.engine.events import CancelRequested, RedriveRequested
+from accord.engine.machine.effects import InvokeAction, RequestCancellation
+from accord.engine.machine.events import CancelRequested, RedriveRequested
 from accord.workflow.plan import TerminalPolicy
 from tests.unit.engine import invariants as inv
 from tests.unit.engine import plans
@@ -77,7 +77,7 @@ def test_rule_late_callbacks_after_terminal_intent_are_rejected_and_recorded() -
     sim.succeed("cache-lookup", {"hit": False})
     ident = sim.ident("render-thumbnail")
     sim.apply(CancelRequested(run_id="run-1", reason="user"))
-    from accord.engine.events import StageSucceeded
+    from accord.engine.machine.events import StageSucceeded
 
     tr = sim.apply(StageSucceeded(**ident, result={}))
     assert tr.history[0].reason == "late" and not tr.history[0].accepted
@@ -93,7 +93,7 @@ def test_I5_nothing_after_terminal_intent() -> None:
     sim.accept("render-thumbnail")
     stale_ident = sim.ident("render-thumbnail")
     sim.fire(sim.timer("run"))
-    from accord.engine.events import HeartbeatReceived, StageFailed, StageSucceeded
+    from accord.engine.machine.events import HeartbeatReceived, StageFailed, StageSucceeded
 
     for event in (
         StageSucceeded(**stale_ident, result={}),

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from accord.engine.effects import DispatchJob, InvokeAction, RequestCancellation
-from accord.engine.state import RunState
+from accord.engine.machine.effects import DispatchJob, InvokeAction, RequestCancellation
+from accord.engine.machine.state import RunState
 from accord.workflow.plan import JoinStage
 from tests.unit.engine import invariants as inv
 from tests.unit.engine import plans

@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from accord.canonical import canonical_json
-from accord.engine.events import (
+from accord.engine.machine.events import (
     CancelRequested,
     ProgressReported,
     RedriveRequested,
     StageSucceeded,
 )
-from accord.engine.state import RunState
+from accord.engine.machine.state import RunState
 from accord.workflow.plan import Plan, RetryPolicy, Timeouts
 from tests.unit.engine import invariants as inv
 from tests.unit.engine import plans

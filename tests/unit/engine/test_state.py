@@ -8,12 +8,12 @@ import json
 import pytest
 
 from accord.canonical import canonical_json
-from accord.engine.effects import DispatchJob, EmitTelemetry, InvokeAction
-from accord.engine.envelope import rebuild_effect
-from accord.engine.events import CancelRequested
-from accord.engine.replay import ReplayDivergence, replay
-from accord.engine.state import HistoryEntry, RunState, StageState
-from accord.engine.transitions import (
+from accord.engine.machine.effects import DispatchJob, EmitTelemetry, InvokeAction
+from accord.engine.machine.envelope import rebuild_effect
+from accord.engine.machine.events import CancelRequested
+from accord.engine.machine.replay import ReplayDivergence, replay
+from accord.engine.machine.state import HistoryEntry, RunState, StageState
+from accord.engine.machine.transitions import (
     ATTEMPT_TRANSITIONS,
     RUN_TRANSITIONS,
     STAGE_TRANSITIONS,
@@ -141,7 +141,7 @@ def test_I1_drained_runs_reach_exactly_one_terminal_state() -> None:
 
 
 def test_history_events_are_exactly_event_to_json() -> None:
-    from accord.engine.events import event_from_json, event_to_json
+    from accord.engine.machine.events import event_from_json, event_to_json
 
     for entry in _busy_run().history:
         assert event_to_json(event_from_json(entry.event)) == entry.event

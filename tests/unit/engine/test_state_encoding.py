@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accord.canonical import canonical_json
-from accord.engine.encoding import EncodedDoc
-from accord.engine.state import RunState, evolve
+from accord.engine.machine.encoding import EncodedDoc
+from accord.engine.machine.state import RunState, evolve
 from tests.unit.engine.sim import Sim
 from tests.unit.engine.test_properties import BUILT, PLANS, _step, moves
 

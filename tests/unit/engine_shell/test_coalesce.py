@@ -1,5 +1,5 @@
 """Coalescing: deliveries for one run waiting at the same time share one commit, in order, and
-each gets its own answer (accord.engine.coalesce)."""
+each gets its own answer (accord.engine.runtime.coalesce)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accord.adapters import open_engine
 from accord.adapters.clock import SystemClock
-from accord.engine.coalesce import Mailboxes
-from accord.engine.events import StageAccepted, StageSucceeded
-from accord.engine.orchestrator import Engine
-from accord.engine.replay import replay
+from accord.engine.machine.events import StageAccepted, StageSucceeded
+from accord.engine.machine.replay import replay
+from accord.engine.runtime.coalesce import Mailboxes
+from accord.engine.runtime.orchestrator import EngineOptions
 from accord.testing.plans import model_ingest_shape
 
 
@@ -166,8 +167,11 @@ async def test_a_lingering_leader_cancelled_cancels_its_riders() -> None:
 
 async def test_a_busy_engine_lets_accepted_wait_for_succeeded() -> None:
     plan = model_ingest_shape(name="linger")
-    engine = Engine.from_urls(
-        "memory://", "memory://", SystemClock(), dispatch=False, accept_linger_ms=2_000
+    engine = open_engine(
+        "memory://",
+        "memory://",
+        SystemClock(),
+        options=EngineOptions(dispatch=False, accept_linger_ms=2_000),
     )
     await engine.register_plan(plan)
     try:
@@ -218,7 +222,9 @@ async def test_a_busy_engine_lets_accepted_wait_for_succeeded() -> None:
 
 async def test_an_engine_commits_an_accepted_and_succeeded_arriving_together_once() -> None:
     plan = model_ingest_shape(name="coalesce")
-    engine = Engine.from_urls("memory://", "memory://", SystemClock(), dispatch=False)
+    engine = open_engine(
+        "memory://", "memory://", SystemClock(), options=EngineOptions(dispatch=False)
+    )
     await engine.register_plan(plan)
     try:
         rid = await engine.start_run(plan.name, {"modelId": "m1"})

@@ -20,8 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from accord.engine.actions import ActionContext, ActionHandler, ActionRegistry
-from accord.engine.events import (
+from accord.engine.machine.events import (
     CancelRequested,
     Event,
     HeartbeatReceived,
@@ -30,7 +29,8 @@ from accord.engine.events import (
     StageFailed,
     StageSucceeded,
 )
-from accord.engine.state import ACTIVE_ATTEMPT, RunState
+from accord.engine.machine.state import ACTIVE_ATTEMPT, RunState
+from accord.engine.runtime.actions import ActionContext, ActionHandler, ActionRegistry
 from accord.testing.harness import EngineHarness
 from accord.testing.invariants import RunAuditor, assert_i1_terminal
 from accord.testing.plans import model_ingest_shape

@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accord.canonical import canonical_json
-from accord.engine.actions import ActionContext, ActionExecutor, ActionRegistry
-from accord.engine.effects import (
+from accord.engine.machine.effects import (
     CancelTimer,
     DispatchJob,
     Effect,
@@ -21,7 +20,7 @@ from accord.engine.effects import (
     RequestCancellation,
     ScheduleTimer,
 )
-from accord.engine.events import (
+from accord.engine.machine.events import (
     Event,
     HeartbeatReceived,
     ProgressReported,
@@ -29,9 +28,10 @@ from accord.engine.events import (
     StageFailed,
     StageSucceeded,
 )
-from accord.engine.explain import describe_event
-from accord.engine.intake import MalformedOutcome, parse_delivery, parse_outcome
-from accord.engine.outbox import build_commit, control_queue
+from accord.engine.machine.explain import describe_event
+from accord.engine.runtime.actions import ActionContext, ActionExecutor, ActionRegistry
+from accord.engine.runtime.intake import MalformedOutcome, parse_delivery, parse_outcome
+from accord.engine.runtime.outbox import build_commit, control_queue
 from accord.errors import StageFailed as HandlerFailed
 from accord.testing.workers import outcome
 
@@ -218,7 +218,7 @@ def test_events_are_described_for_operators() -> None:
 def test_i3_event_entropy_is_fresh_and_never_shared_with_a_forked_child() -> None:
     import os
 
-    from accord.engine.stamping import ENTROPY
+    from accord.engine.runtime.stamping import ENTROPY
 
     draws = {ENTROPY.draw() for _ in range(600)}  # crosses a pool refill
     assert len(draws) == 600 and all(len(d) == 32 for d in draws)

@@ -15,7 +15,7 @@ from accord.adapters.transports._base import QueueOptions
 from accord.adapters.transports.memory import MemoryTransport
 from accord.contracts.catalog import Catalog
 from accord.contracts.sources import load_catalog
-from accord.engine.intake import OUTCOMES_QUEUE
+from accord.engine.runtime.intake import OUTCOMES_QUEUE
 
 ROOT = Path(__file__).resolve().parents[3]
 _CATALOG: list[Catalog] = []

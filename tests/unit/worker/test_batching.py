@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from accord.adapters import open_transport
 from accord.adapters.transports._base import QueueOptions
 from accord.adapters.transports.memory import MemoryTransport
-from accord.engine.intake import encode_batch, parse_delivery, parse_outcome
+from accord.engine.runtime.intake import encode_batch, parse_delivery, parse_outcome
 from accord.errors import TransportError
 from accord.worker.batching import OutcomeBatcher, batching_pays
 

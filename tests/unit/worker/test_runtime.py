@@ -12,7 +12,7 @@ from typing import Any
 
 from accord.canonical import canonical_json
 from accord.contracts.catalog import Catalog
-from accord.engine.outbox import control_queue
+from accord.engine.runtime.outbox import control_queue
 from accord.worker import (
     AcceptanceLog,
     Context,

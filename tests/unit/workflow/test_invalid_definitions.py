@@ -351,6 +351,17 @@ CASES = [
         "derive-join",
     ),
     Case(
+        "duplicate-finaliser",
+        [
+            (
+                "finalisers: [audit.run-terminal@1]\n",
+                "finalisers: [audit.run-terminal@1, audit.run-terminal@1] #!\n",
+            )
+        ],
+        "graph-duplicate-reference",
+        "",
+    ),
+    Case(
         "fallback-missing",
         [
             (
@@ -663,3 +674,23 @@ def test_refused_with_code_line_and_stage(case: Case, catalog: Catalog) -> None:
     assert f"{case.id}.yaml:{line}" in rendered and case.code in rendered
     if case.stage:
         assert repr(case.stage) in rendered
+
+
+def test_the_same_finaliser_twice_is_refused_like_a_duplicate_fork_branch(
+    catalog: Catalog,
+) -> None:
+    finalisers = "finalisers: [audit.run-terminal@1]\n"
+    twice = "finalisers: [audit.run-terminal@1, audit.run-terminal@1]\n"
+    text = BASES["example"].replace(finalisers, twice)
+    (found,) = compile_workflow(text, "twice.yaml", catalog).errors
+    line = text.splitlines().index(twice.rstrip()) + 1
+    assert (found.code, found.path, found.stage) == ("graph-duplicate-reference", "finalisers", "")
+    assert found.location is not None and found.location.line == line
+    assert "finalisers lists 'audit.run-terminal@1' twice" in str(found)
+    assert f"twice.yaml:{line}" in str(found)
+    # the same style as a fork listing one branch twice
+    branches = "    branches: [semantic-analysis, technical-metadata]\n"
+    repeated = "    branches: [semantic-analysis, technical-metadata, semantic-analysis]\n"
+    fork_text = BASES["example"].replace(branches, repeated)
+    (fork,) = compile_workflow(fork_text, "fork.yaml", catalog).errors
+    assert (fork.code, fork.path) == ("graph-duplicate-reference", "branches")

@@ -18,7 +18,6 @@ from typing import Any
 
 from accord.adapters import _store_rules as rules
 from accord.adapters.clock import SystemClock
-from accord.engine.encoding import EncodedDoc
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
 from accord.errors import ConflictError, ImmutableArtefactError, StoreError
 
@@ -64,21 +63,10 @@ class MemoryStore:
         return None if run is None else StoredRun(run_id, run.version, json.loads(run.state))
 
     async def commit(self, commit: Commit) -> int:
-        rules.check_commit(commit)
-        now = self.clock.now_ms()
-        state = _encoded(commit.state)
-        history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
-        outbox = [
-            (e.entry_id, e.run_id, e.topic, rules.dump(e.payload, f"outbox[{i}].payload"),
-             e.created_at_ms or now)
-            for i, e in enumerate(commit.outbox)
-        ]  # fmt: skip
-        timers = [
-            (t.timer_id, t.run_id, t.due_at_ms, rules.dump(t.payload, f"timers_set[{i}]"))
-            for i, t in enumerate(commit.timers_set)
-        ]  # fmt: skip
-        cols, labels = rules.split_index(commit.index)
-        updated_at = rules.updated_at(commit.index, now)
+        encoded = rules.encode_commit(commit, self.clock.now_ms())
+        state, history = encoded.state, encoded.history
+        outbox, timers = encoded.outbox, encoded.timers
+        cols, labels, updated_at = encoded.columns, encoded.labels, encoded.updated_at
         async with self._lock:
             run = self._runs.get(commit.run_id)
             if commit.expected_version == 0 and run is not None:
@@ -193,8 +181,3 @@ class MemoryStore:
 
     async def close(self) -> None:
         return None
-
-
-def _encoded(state: dict[str, Any]) -> str:
-    """The state's canonical text: the one it carries (see EncodedDoc), else encoded here."""
-    return state.canonical if isinstance(state, EncodedDoc) else rules.dump(state, "state")

@@ -33,7 +33,6 @@ from accord.adapters import _store_rules as rules
 from accord.adapters._sqlite import Database, parse_sqlite_url
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.sqlite_catalog import SqliteCatalog
-from accord.engine.encoding import EncodedDoc
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
 from accord.errors import ConflictError
 
@@ -136,25 +135,14 @@ class SqliteStore(SqliteCatalog):
         durable: bool = True,
     ) -> int:
         """The atomic step; ``riders`` (queue writes of a transport on this same database, see
-        :mod:`accord.engine.joint`) run inside the same transaction, after the CAS succeeded.
-        ``durable=False`` lets it skip its own fsync (see :mod:`accord.adapters._sqlite`): only
+        :mod:`accord.engine.runtime.joint`) run inside the same transaction, after the CAS
+        succeeded. ``durable=False`` lets it skip its own fsync (see
+        :mod:`accord.adapters._sqlite`): only
         for a commit whose loss in a power cut the queue undoes by redelivery."""
-        rules.check_commit(commit)
-        now = self.clock.now_ms()
-        state = _encoded(commit.state)
-        history = [rules.dump(h, f"history[{i}]") for i, h in enumerate(commit.history)]
-        outbox = [
-            (e.entry_id, e.run_id, e.topic, rules.dump(e.payload, f"outbox[{i}].payload"),
-             e.created_at_ms or now)
-            for i, e in enumerate(commit.outbox)
-        ]  # fmt: skip
-        timers = [
-            (t.timer_id, t.run_id, t.due_at_ms, rules.dump(t.payload, f"timers_set[{i}]"),
-             t.due_at_ms)
-            for i, t in enumerate(commit.timers_set)
-        ]  # fmt: skip
-        cols, labels = rules.split_index(commit.index)
-        updated_at = rules.updated_at(commit.index, now)
+        encoded = rules.encode_commit(commit, self.clock.now_ms())
+        state, history, outbox = encoded.state, encoded.history, encoded.outbox
+        timers = [(*t, t[2]) for t in encoded.timers]  # a timer is claimable from its due time
+        cols, labels, updated_at = encoded.columns, encoded.labels, encoded.updated_at
         labels_json = rules.dump(labels, "index")
         run_id, expected = commit.run_id, commit.expected_version
 
@@ -241,8 +229,3 @@ class SqliteStore(SqliteCatalog):
     async def close(self) -> None:
         if self._owns_db:
             await self.db.close()
-
-
-def _encoded(state: dict[str, Any]) -> str:
-    """The state's canonical text: the one it carries (see EncodedDoc), else encoded here."""
-    return state.canonical if isinstance(state, EncodedDoc) else rules.dump(state, "state")

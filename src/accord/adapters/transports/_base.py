@@ -1,4 +1,12 @@
-"""What every queue-table transport shares: options, the consume loop, prefetch and wake-ups.
+"""What the transports share: options, the checks before a publish, and (for the queue-table
+transports) the consume loop, prefetch and wake-ups.
+
+Every transport is a :class:`TransportBase`: once closed it refuses publishes (a non-retryable
+:class:`~accord.errors.TransportError`), and a publish needs a queue and a message id; ``consume``
+needs ``prefetch >= 1`` (:func:`check_prefetch`); ``dead_letters`` is ``dead_letter_details``
+without the metadata. The broker transports read their URL options with :func:`broker_options`,
+and their streams (BullMQ, RabbitMQ) are :class:`BrokerStream`: they start on the first read,
+once however many readers wait.
 
 A subclass stores messages and implements four steps: ``_publish``, ``_claim`` (lease up to
 ``n`` ready messages, incrementing their delivery count and dead-lettering any whose count would
@@ -25,13 +33,23 @@ import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import parse_qsl
 
 from accord.adapters._store_rules import int_option
 from accord.adapters.clock import SystemClock
 from accord.engine.ports import Clock, Delivery
 from accord.errors import TransportError
 
-__all__ = ["QueueOptions", "QueueTransport"]
+__all__ = [
+    "BROKER_QUEUE_OPTS",
+    "BrokerStream",
+    "QueueOptions",
+    "QueueTransport",
+    "TransportBase",
+    "broker_options",
+    "check_prefetch",
+]
 
 POLL_MIN_MS = 1
 
@@ -69,6 +87,90 @@ class QueueOptions:
         return (self.delivery_limits or {}).get(queue, self.max_deliveries)
 
 
+# the queue options a broker transport's URL may carry (a broker does its own polling)
+BROKER_QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms"})
+
+
+def broker_options(
+    query: str, own: frozenset[str], limits: Mapping[str, int] | None
+) -> tuple[QueueOptions, dict[str, str]]:
+    """A broker URL's query: its queue options and the transport's ``own`` options; any other
+    name is refused (``ValueError``)."""
+    pairs = parse_qsl(query)
+    unknown = sorted({k for k, _ in pairs} - BROKER_QUEUE_OPTS - own)
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown}")
+    options = QueueOptions.from_query([p for p in pairs if p[0] in BROKER_QUEUE_OPTS], limits)
+    return options, {k: v for k, v in pairs if k in own}
+
+
+class TransportBase:
+    """The open or closed state of a transport, the checks every publish makes, and
+    ``dead_letters`` from ``dead_letter_details``."""
+
+    _closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether the transport was closed (its streams end, publishes are refused)."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportError("transport is closed", retryable=False)
+
+    def _check_publish(self, queue: str, message_id: str) -> None:
+        self._check_open()
+        if not queue or not message_id:
+            raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
+
+    async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
+        """Dead letters of ``queue``, oldest first, each with ``message_id``, ``body``,
+        ``delivery_count``, ``reason``, ``dead_at_ms`` (and what else the transport knows)."""
+        raise NotImplementedError
+
+    async def dead_letters(self, queue: str) -> list[Delivery]:
+        return [
+            Delivery(queue, d["message_id"], d["body"], d["delivery_count"], receipt="")
+            for d in await self.dead_letter_details(queue)
+        ]
+
+
+def check_prefetch(queue: str, prefetch: int) -> None:
+    if prefetch < 1:
+        raise ValueError(f"consume({queue!r}): prefetch must be >= 1, got {prefetch}")
+
+
+class _Closable(Protocol):
+    @property
+    def closed(self) -> bool: ...
+
+
+class BrokerStream:
+    """Base of the BullMQ and RabbitMQ streams: ``_start`` (connect, subscribe) runs on the first
+    read, once however many readers call; a timeout around a reader leaves it running, and a start
+    that failed raises a retryable :class:`TransportError` to its readers, the next read trying
+    again (unless the stream or its transport closed meanwhile: then the stream just ends)."""
+
+    _starting: asyncio.Future[None] | None = None
+    _closed = False
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _started(self, transport: _Closable, queue: str) -> None:
+        """Wait for the stream's start (beginning it if need be) before a read."""
+        if self._starting is None and not self._closed:  # one start, however many readers
+            self._starting = asyncio.ensure_future(self._start())
+        if self._starting is not None and not self._starting.done():
+            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
+        if self._starting is not None and self._starting.done():
+            failed = self._starting.cancelled() or self._starting.exception() is not None
+            if failed and not (self._closed or transport.closed):
+                self._starting = None  # the next call tries again
+                raise TransportError(f"cannot consume {queue!r}", retryable=True)
+
+
 class _Consumer:
     __slots__ = ("__weakref__", "held", "loop", "wake")
 
@@ -92,7 +194,7 @@ class _Consumer:
 _CONSUMERS: dict[tuple[str, str], weakref.WeakSet[_Consumer]] = {}
 
 
-class QueueTransport:
+class QueueTransport(TransportBase):
     """Base of the memory and embedded SQLite transports (see the module docstring)."""
 
     def __init__(self, clock: Clock | None, options: QueueOptions, wake_key: str) -> None:
@@ -119,14 +221,8 @@ class QueueTransport:
         """Undo a claim never handed out: ready at the head of the queue, count restored."""
         raise NotImplementedError
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise TransportError("transport is closed", retryable=False)
-
     async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
-        self._check_open()
-        if not queue or not message_id:
-            raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
+        self._check_publish(queue, message_id)
         await self._publish(queue, message_id, bytes(body), self.clock.now_ms() + max(delay_ms, 0))
         self._wake(queue)
 
@@ -142,8 +238,7 @@ class QueueTransport:
         self._wake(delivery.queue)
 
     def consume(self, queue: str, prefetch: int = 1) -> AsyncIterator[Delivery]:
-        if prefetch < 1:
-            raise ValueError(f"consume({queue!r}): prefetch must be >= 1, got {prefetch}")
+        check_prefetch(queue, prefetch)
         return _Stream(self, queue, prefetch)
 
     def _release(self, delivery: Delivery) -> None:

@@ -28,6 +28,10 @@ lapses); the jobs it took but never handed out go back to the head of the queue 
 taken, their start uncounted (BullMQ's ``moveJobFromActiveToWait`` and, in the same transaction,
 ``attemptsStarted`` lowered again if the lock was still the stream's). See
 :mod:`accord.adapters.transports.bullmq` for the rules.
+
+A stream uses its transport only through :class:`JobSource`: the connection settings and
+options, the queue's :class:`QueueOps`, the transport's register of leases handed out (which the
+transport's ``ack`` and ``nack`` settle), dead-lettering a job, and giving jobs back.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import bullmq  # type: ignore[import-untyped]
 import msgpack  # type: ignore[import-untyped]
@@ -50,16 +54,15 @@ from redis.asyncio.connection import Connection, parse_url
 from redis.exceptions import NoScriptError, RedisError
 
 from accord.adapters._redis_group import pack, round_trip
+from accord.adapters.transports._base import BrokerStream, QueueOptions
 from accord.engine.ports import Delivery
 from accord.errors import TransportError
-
-if TYPE_CHECKING:
-    from accord.adapters.transports.bullmq import BullmqTransport
 
 __all__ = [
     "LAPSED",
     "NACKED",
     "UNCOUNT",
+    "JobSource",
     "JobStream",
     "Lease",
     "Nack",
@@ -235,6 +238,47 @@ class Lease:
         self.handed = False
 
 
+class JobSource(Protocol):
+    """What a :class:`JobStream` uses of its transport (``BullmqTransport``)."""
+
+    redis_url: str
+    prefix: str
+    options: QueueOptions
+    stalled_ms: int
+    redis: Any  # the transport's redis.asyncio client
+
+    @property
+    def closed(self) -> bool: ...
+
+    def ops(self, name: str) -> QueueOps:
+        """Keys and scripts of queue ``name``."""
+        ...
+
+    def lease_out(self, lease: Lease) -> str:
+        """Register ``lease`` as delivered, to be settled by ack or nack: its fresh receipt."""
+        ...
+
+    def leased(self, receipt: str) -> Lease | None:
+        """The lease still registered under ``receipt`` (None once settled or lost)."""
+        ...
+
+    def drop_lease(self, receipt: str) -> Lease | None:
+        """Unregister ``receipt`` (its lock was lost, or it is given back): its lease, if any."""
+        ...
+
+    async def dead_letter(self, lease: Lease, reason: str) -> None:
+        """Fail the job of ``lease`` into the failed set, the queue's dead letters."""
+        ...
+
+    async def give_back(self, queue: str, leases: list[Lease]) -> None:
+        """Put jobs taken but never handed out back at the head of ``queue``, uncounted."""
+        ...
+
+    def stream_closed(self, stream: JobStream) -> None:
+        """``stream`` closed: the transport's close need not close it."""
+        ...
+
+
 class _Line:
     """A Redis connection used by one task at a time: commands go out together, replies come
     back in order (an error reply is returned, not raised)."""
@@ -255,10 +299,10 @@ class _Line:
         await self.conn.disconnect(nowait=True)
 
 
-class JobStream:
+class JobStream(BrokerStream):
     """One fetch loop feeding an iterator; ``aclose`` stops it (see the module docstring)."""
 
-    def __init__(self, transport: BullmqTransport, queue: str, prefetch: int) -> None:
+    def __init__(self, transport: JobSource, queue: str, prefetch: int) -> None:
         self._t, self.queue, self._prefetch = transport, queue, prefetch
         self._ops = transport.ops(queue)
         self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue()
@@ -403,25 +447,23 @@ class JobStream:
         limit = t.options.limit(self.queue)
         doomed = fields.get("defa")  # BullMQ's stalled check gave up on it
         if lease.count > limit or doomed:  # its consumers keep dying: dead-letter it instead
-            await t._stamp_death(self.queue, lease.job_id)
-            await t._finish(lease, "failed", doomed or f"{LAPSED} on delivery {limit} of {limit}")
+            await t.dead_letter(lease, doomed or f"{LAPSED} on delivery {limit} of {limit}")
             return
         if self._closed:  # taken while closing: back to the queue behind those never handed out
             if self._late is not None:
                 self._late.append(lease)
             else:
-                await t._give_back(self.queue, [lease])
+                await t.give_back(self.queue, [lease])
             return
         try:
             data = json.loads(fields.get("data") or "{}")
         except ValueError:  # nothing a consumer could read: dead-letter it at once
-            await t._stamp_death(self.queue, lease.job_id)
-            await t._finish(lease, "failed", MALFORMED)
+            await t.dead_letter(lease, MALFORMED)
             return
         if not isinstance(data, dict):
             data = {}
-        receipt = f"{self.queue}/{lease.job_id}/{lease.token}/{next(t._receipts)}"
-        self._held[receipt] = t._leases[receipt] = lease
+        receipt = t.lease_out(lease)
+        self._held[receipt] = lease
         message_id = data.get("message_id") or message_id_of(lease.job_id)
         self._inbox.put_nowait(
             Delivery(self.queue, message_id, job_body(data), lease.count, receipt)
@@ -447,7 +489,7 @@ class JobStream:
             for receipt, lease in held:
                 if lease.job_id in lost and self._held.pop(receipt, None) is not None:
                     if not lease.handed:  # not handed out yet: never hand it out
-                        t._leases.pop(receipt, None)
+                        t.drop_lease(receipt)
                     self._wake.set()
 
     async def _stall_loop(self) -> None:
@@ -487,20 +529,12 @@ class JobStream:
     # -- the iterator ---------------------------------------------------------------------------
 
     async def __anext__(self) -> Delivery:
-        if self._starting is None and not self._closed:  # one loop, however many callers
-            self._starting = asyncio.ensure_future(self._start())
-        if self._starting is not None and not self._starting.done():
-            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
-        if self._starting is not None and self._starting.done():
-            failed = self._starting.cancelled() or self._starting.exception() is not None
-            if failed and not (self._closed or self._t._closed):
-                self._starting = None  # the next call tries again
-                raise TransportError(f"cannot consume {self.queue!r}", retryable=True)
+        await self._started(self._t, self.queue)  # one fetch loop, however many callers
         while not self._closed:
             delivery = await self._inbox.get()
             if delivery is None:
                 break
-            lease = self._t._leases.get(delivery.receipt)
+            lease = self._t.leased(delivery.receipt)
             if lease is not None:  # else its lock was lost before it was handed out
                 lease.handed = True
                 return delivery
@@ -513,11 +547,11 @@ class JobStream:
         if self._closed:
             return
         self._closed = True
-        self._t._streams.discard(self)
+        self._t.stream_closed(self)
         unhanded: list[Lease] = []
         while not self._inbox.empty():
             pending = self._inbox.get_nowait()
-            if pending is not None and (lease := self._t._leases.pop(pending.receipt, None)):
+            if pending is not None and (lease := self._t.drop_lease(pending.receipt)):
                 unhanded.append(lease)
         self._inbox.put_nowait(None)
         self._wake.set()
@@ -537,7 +571,7 @@ class JobStream:
         unhanded += self._late or []
         self._late = None
         with contextlib.suppress(RedisError, OSError):
-            await self._t._give_back(self.queue, unhanded)
+            await self._t.give_back(self.queue, unhanded)
             if kept:  # no longer renewed: the first stalled check after their locks lapse has them
                 await self._t.redis.sadd(self._ops.stalled, *kept)
         if self._line is not None:

@@ -13,6 +13,10 @@ queue was deleted) makes it declare the queue and subscribe again.
 A message delivered more often than the queue's limit (its consumers' connections died before they
 settled it, and a delayed nack's copy had a count carried over) is dead-lettered before it is
 handed out. See :mod:`accord.adapters.transports.rabbitmq` for the rules.
+
+A stream uses its transport only through :class:`MessageSource`: the connection, options and
+queue declarations, the transport's register of unsettled deliveries (which its ``ack`` and
+``nack`` settle), dead-lettering, republishing a copy, and keeping a closed stream's channel.
 """
 
 from __future__ import annotations
@@ -23,24 +27,23 @@ import itertools
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
 
+from accord.adapters.transports._base import BrokerStream, QueueOptions
 from accord.engine.ports import Delivery
 from accord.errors import TransportError
-
-if TYPE_CHECKING:
-    from accord.adapters.transports.rabbitmq import RabbitmqTransport
 
 __all__ = [
     "CARRIED",
     "Acks",
     "ConsumerStream",
     "Held",
+    "MessageSource",
     "dead_letter_record",
     "delivery_count",
     "read_dead_letters",
@@ -245,10 +248,69 @@ async def settle(step: Awaitable[Any]) -> None:
         await step
 
 
-class ConsumerStream:
+class MessageSource(Protocol):
+    """What a :class:`ConsumerStream` uses of its transport (``RabbitmqTransport``)."""
+
+    options: QueueOptions
+    connection: aio_pika.abc.AbstractRobustConnection | None
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def declare(self, queue: str) -> str:
+        """Declare ``queue`` (once): its name on the broker."""
+        ...
+
+    def forget(self, queue: str) -> None:
+        """Declare ``queue`` again on next use."""
+        ...
+
+    def arguments(self, queue: str) -> dict[str, Any]:
+        """The declaration arguments of ``queue``."""
+        ...
+
+    def hold(self, receipt: str, held: Held) -> None:
+        """Register an unsettled delivery under ``receipt``, for ack and nack to settle."""
+        ...
+
+    def held(self, receipt: str) -> Held | None:
+        """The unsettled delivery registered under ``receipt``, if still there."""
+        ...
+
+    def release(self, receipt: str) -> Held | None:
+        """Unregister ``receipt`` without settling it: what was registered, if anything."""
+        ...
+
+    def track_acks(self, acks: Acks) -> None:
+        """Have the transport's close write out the acks noted on ``acks`` first."""
+        ...
+
+    async def dead_letter(
+        self, queue: str, message_id: str, body: bytes, held: Held, reason: str
+    ) -> None:
+        """Quarantine a delivery in ``queue.dead``, then settle the original."""
+        ...
+
+    async def republish(
+        self, queue: str, message_id: str, body: bytes, headers: dict[str, Any] | None
+    ) -> None:
+        """A confirmed publish of a copy to ``queue``, with ``headers``."""
+        ...
+
+    def stream_closed(self, stream: ConsumerStream) -> None:
+        """``stream`` closed: the transport's close need not close it."""
+        ...
+
+    def linger(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        """Keep a closed stream's channel open (its handed-out deliveries settle on it) until
+        the transport closes."""
+        ...
+
+
+class ConsumerStream(BrokerStream):
     """A consumer on its own channel, bounded by ``basic.qos(prefetch)``."""
 
-    def __init__(self, transport: RabbitmqTransport, queue: str, prefetch: int) -> None:
+    def __init__(self, transport: MessageSource, queue: str, prefetch: int) -> None:
         self._t, self._queue, self._prefetch = transport, queue, prefetch
         self._limit = transport.options.limit(queue)
         self._buffer: deque[Delivery] = deque()  # received, not handed out yet
@@ -329,7 +391,7 @@ class ConsumerStream:
         acks = self._acks
         if acks is None or acks.channel is not message.channel:  # first, or after a reconnect
             acks = self._acks = Acks(message.channel)
-            self._t._acks.add(acks)
+            self._t.track_acks(acks)
         held = Held(message.channel, tag, acks)
         count = delivery_count(props.headers)
         message_id = props.message_id or ""
@@ -341,7 +403,7 @@ class ConsumerStream:
             why = f"lease lapsed on delivery {self._limit} of {self._limit}"
             return self._t.dead_letter(self._queue, message_id, message.body, held, why)
         receipt = str(next(_receipts))
-        self._t._held[receipt] = held
+        self._t.hold(receipt, held)
         self._buffer.append(Delivery(self._queue, message_id, message.body, count, receipt))
         if self._waiters:
             self._wake()
@@ -357,23 +419,15 @@ class ConsumerStream:
                 return
 
     async def __anext__(self) -> Delivery:
-        if self._starting is None and not self._closed:
-            self._starting = asyncio.ensure_future(self._start())
-        if self._starting is not None and not self._starting.done():
-            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
-        if self._starting is not None and self._starting.done():
-            failed = self._starting.cancelled() or self._starting.exception() is not None
-            if failed and not (self._closed or self._t._closed):
-                self._starting = None  # the next call tries again
-                raise TransportError(f"cannot consume {self._queue!r}", retryable=True)
-        buffer, held = self._buffer, self._t._held
+        await self._started(self._t, self._queue)
+        t, buffer = self._t, self._buffer
         while not self._closed:
             while buffer:
                 delivery = buffer.popleft()
-                lease = held.get(delivery.receipt)
+                lease = t.held(delivery.receipt)
                 if lease is not None and not lease.channel.is_closed:
                     return delivery
-                held.pop(delivery.receipt, None)  # its channel is gone: the broker requeued it
+                t.release(delivery.receipt)  # its channel is gone: the broker requeued it
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             try:
@@ -395,7 +449,7 @@ class ConsumerStream:
             carried = delivery.delivery_count - 1
             try:
                 headers = {CARRIED: carried} if carried > 0 else None
-                await t._send(self._queue, delivery.message_id, delivery.body, headers)
+                await t.republish(self._queue, delivery.message_id, delivery.body, headers)
             except TransportError:
                 await settle(held.requeue())
             else:
@@ -409,12 +463,12 @@ class ConsumerStream:
         if self._closed:
             return
         self._closed = True
-        self._t._streams.discard(self)
+        self._t.stream_closed(self)
         if self._retrying is not None:
             self._retrying.cancel()
         returning = []
         for delivery in self._buffer:
-            held = self._t._held.pop(delivery.receipt, None)
+            held = self._t.release(delivery.receipt)
             if held is not None and not held.channel.is_closed:
                 returning.append((delivery, held))
         self._buffer.clear()
@@ -430,4 +484,4 @@ class ConsumerStream:
         with contextlib.suppress(ChannelInvalidStateError, AMQPError, OSError):
             await (await channel.get_underlay_channel()).basic_cancel(self._tag)
         await self._give_back(returning)
-        self._t._lingering.append(channel)
+        self._t.linger(channel)

@@ -60,7 +60,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 import msgpack  # type: ignore[import-untyped]
 from bullmq import Queue  # type: ignore[import-untyped]
@@ -70,7 +70,12 @@ from redis.exceptions import RedisError, WatchError
 
 from accord.adapters._redis_group import GroupCalls
 from accord.adapters.clock import SystemClock
-from accord.adapters.transports._base import QueueOptions
+from accord.adapters.transports._base import (
+    QueueOptions,
+    TransportBase,
+    broker_options,
+    check_prefetch,
+)
 from accord.adapters.transports._bullmq_consume import (
     LAPSED,
     NACKED,
@@ -103,8 +108,9 @@ _COMPLETED_AT = 'return redis.call("ZSCORE", KEYS[1], ARGV[1])'  # when a job co
 _UNMARK = 'return redis.call("ZREM", KEYS[1], "0")'  # drop the marker's "jobs waiting" member
 
 
-class BullmqTransport:
-    """:class:`~accord.engine.ports.Transport` over BullMQ (see the module docstring)."""
+class BullmqTransport(TransportBase):
+    """:class:`~accord.engine.ports.Transport` over BullMQ (see the module docstring); to its
+    streams, a :class:`~accord.adapters.transports._bullmq_consume.JobSource`."""
 
     def __init__(
         self,
@@ -136,14 +142,7 @@ class BullmqTransport:
         cls, url: str, clock: Clock | None = None, limits: Mapping[str, int] | None = None
     ) -> BullmqTransport:
         parts = urlsplit(url)
-        pairs = parse_qsl(parts.query)
-        unknown = sorted(
-            {k for k, _ in pairs} - {"visibility_ms", "max_deliveries", "dedup_ms"} - _OWN_OPTS
-        )
-        if unknown:
-            raise ValueError(f"unknown option(s) {unknown}")
-        own = dict(pairs)
-        options = QueueOptions.from_query([p for p in pairs if p[0] not in _OWN_OPTS], limits)
+        options, own = broker_options(parts.query, _OWN_OPTS, limits)
         stalled = int(own["stalled_ms"]) if "stalled_ms" in own else None
         redis_url = f"redis://{parts.netloc or '127.0.0.1:6379'}{parts.path or '/0'}"
         return cls(
@@ -168,14 +167,8 @@ class BullmqTransport:
             ops = self._ops[name] = QueueOps(self.queue(name))
         return ops
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise TransportError("transport is closed", retryable=False)
-
     async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
-        self._check_open()
-        if not queue or not message_id:
-            raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
+        self._check_publish(queue, message_id)
         ops = self._ops.get(queue) or self.ops(queue)
         job_id, delay, stamp = job_id_for(message_id), max(delay_ms, 0), now_ms()
         dedup = self.options.dedup_ms
@@ -232,12 +225,34 @@ class BullmqTransport:
                 await pipe.execute()
 
     def consume(self, queue: str, prefetch: int = 1) -> AsyncIterator[Delivery]:
-        if prefetch < 1:
-            raise ValueError(f"consume({queue!r}): prefetch must be >= 1, got {prefetch}")
+        check_prefetch(queue, prefetch)
         self._check_open()
         stream = JobStream(self, queue, prefetch)
         self._streams.add(stream)
         return stream
+
+    # -- what its streams use (JobSource) -----------------------------------------------------
+
+    def lease_out(self, lease: Lease) -> str:
+        receipt = f"{lease.queue}/{lease.job_id}/{lease.token}/{next(self._receipts)}"
+        self._leases[receipt] = lease
+        return receipt
+
+    def leased(self, receipt: str) -> Lease | None:
+        return self._leases.get(receipt)
+
+    def drop_lease(self, receipt: str) -> Lease | None:
+        return self._leases.pop(receipt, None)
+
+    def stream_closed(self, stream: JobStream) -> None:
+        self._streams.discard(stream)
+
+    async def dead_letter(self, lease: Lease, reason: str) -> None:
+        """Fail the job of ``lease`` into the failed set, stamped with when (see DEAD_AT)."""
+        await self._stamp_death(lease.queue, lease.job_id)
+        await self._finish(lease, "failed", reason)
+
+    # -- settling ---------------------------------------------------------------------------
 
     async def ack(self, delivery: Delivery) -> None:
         lease = self._leases.pop(delivery.receipt, None)
@@ -273,8 +288,7 @@ class BullmqTransport:
             backoff = Backoffs.normalize(lease.backoff)
             delay = await Backoffs.calculate(backoff, lease.made + 1, nack, None, nack_delay)
         if delay == -1:
-            await self._stamp_death(delivery.queue, lease.job_id)
-            await self._finish(lease, "failed", f"{NACKED} on delivery {count} of {limit}")
+            await self.dead_letter(lease, f"{NACKED} on delivery {count} of {limit}")
             return
         scripts, fields = self.ops(lease.queue).scripts, {"failedReason": str(nack)}
         try:
@@ -307,7 +321,7 @@ class BullmqTransport:
             raise TransportError(f"settling a delivery failed: code {got}", retryable=False)
         return got
 
-    async def _give_back(self, queue: str, leases: list[Lease]) -> None:
+    async def give_back(self, queue: str, leases: list[Lease]) -> None:
         """Put jobs taken but never handed out back at the head of the queue, uncounted."""
         if not leases:
             return
@@ -325,12 +339,6 @@ class BullmqTransport:
     async def _stamp_death(self, queue: str, job_id: str) -> None:
         """Record when (on this transport's clock) the job was dead-lettered, beside the job."""
         await self.redis.hset(self.ops(queue).prefix + job_id, DEAD_AT, self.clock.now_ms())
-
-    async def dead_letters(self, queue: str) -> list[Delivery]:
-        return [
-            Delivery(queue, d["message_id"], d["body"], d["delivery_count"], receipt="")
-            for d in await self.dead_letter_details(queue)
-        ]
 
     async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
         """Jobs in the failed set, oldest first: ``message_id``, ``body``, ``delivery_count``

@@ -19,14 +19,21 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from accord.adapters import _store_rules
 from accord.adapters._sqlite import Database, parse_sqlite_url
+from accord.adapters.stores.sqlite import SqliteStore
 from accord.adapters.transports._base import QueueOptions, QueueTransport
-from accord.engine.ports import Clock, Delivery
-from accord.errors import TransportError
+from accord.engine.ports import (
+    Clock,
+    Commit,
+    Delivery,
+    JointCommit,
+    QueuedMessage,
+    Store,
+)
 
 __all__ = ["SCHEMA", "EmbeddedTransport"]
 
@@ -103,9 +110,12 @@ class EmbeddedTransport(QueueTransport):
 
     # ---- riders: queue writes run inside another write transaction on the same database ----
 
-    def shares_database(self, store: object) -> bool:
-        """Whether ``store`` commits on this queue's own connection (see accord.engine.joint)."""
-        return getattr(store, "db", None) is self.db
+    def joint_commit(self, store: Store) -> JointCommit | None:
+        """The joint commit with ``store`` when it commits on this queue's own connection (see
+        :mod:`accord.engine.runtime.joint`)."""
+        if isinstance(store, SqliteStore) and store.db is self.db:
+            return _EmbeddedJoint(self, store)
+        return None
 
     def publish_rider(
         self, queue: str, message_id: str, body: bytes, avail_at: int | None = None
@@ -137,9 +147,7 @@ class EmbeddedTransport(QueueTransport):
         self, queue: str, message_id: str, body: bytes, delivery: Delivery
     ) -> None:
         """Publish an answer and settle the delivery it answers in one transaction."""
-        self._check_open()
-        if not queue or not message_id:
-            raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
+        self._check_publish(queue, message_id)
         publish, ack = self.publish_rider(queue, message_id, bytes(body)), self.ack_rider(delivery)
         await self.db.write(lambda c: (publish(c), ack(c)), "publish_and_ack", "transport")
         self.riders_committed((queue,), (delivery,))
@@ -199,12 +207,6 @@ class EmbeddedTransport(QueueTransport):
         sql = "UPDATE accord_queue SET avail_at = 0, receipt = NULL, deliveries = deliveries - 1 "
         await self.db.write(lambda c: c.executemany(sql + _SETTLED, rows), "unclaim", "transport")
 
-    async def dead_letters(self, queue: str) -> list[Delivery]:
-        return [
-            Delivery(queue, d["message_id"], d["body"], d["delivery_count"], "")
-            for d in await self.dead_letter_details(queue)
-        ]
-
     async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
         """Dead letters of ``queue`` with their metadata, oldest first: ``message_id``,
         ``body``, ``delivery_count``, ``reason``, ``published_at_ms``, ``dead_at_ms``."""
@@ -227,3 +229,24 @@ class EmbeddedTransport(QueueTransport):
         await super().close()
         if self._owns_db:
             await self.db.close()
+
+
+class _EmbeddedJoint:
+    """The SQLite store's commit with this queue's writes riding in its transaction."""
+
+    def __init__(self, queue: EmbeddedTransport, store: SqliteStore) -> None:
+        self.queue, self.store = queue, store
+
+    async def commit(
+        self,
+        commit: Commit,
+        messages: Sequence[QueuedMessage],
+        acked: Sequence[Delivery],
+        *,
+        durable: bool,
+    ) -> int:
+        riders = [self.queue.ack_rider(d) for d in acked]
+        riders += [self.queue.publish_rider(m.queue, m.message_id, m.body) for m in messages]
+        version = await self.store.commit(commit, riders, durable=durable)
+        self.queue.riders_committed((m.queue for m in messages), acked)
+        return version

@@ -143,12 +143,6 @@ class MemoryTransport(QueueTransport):
         ]:
             del messages[message_id]
 
-    async def dead_letters(self, queue: str) -> list[Delivery]:
-        return [
-            Delivery(queue, d["message_id"], d["body"], d["delivery_count"], "")
-            for d in await self.dead_letter_details(queue)
-        ]
-
     async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
         """Dead letters with metadata, oldest first (see ``EmbeddedTransport``)."""
         dead = sorted(

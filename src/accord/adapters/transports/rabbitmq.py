@@ -54,7 +54,7 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import aio_pika
 import aiormq
@@ -64,7 +64,12 @@ from aiormq.exceptions import AMQPError, ChannelInvalidStateError, DeliveryError
 from pamqp.commands import Basic
 
 from accord.adapters.clock import SystemClock
-from accord.adapters.transports._base import QueueOptions
+from accord.adapters.transports._base import (
+    QueueOptions,
+    TransportBase,
+    broker_options,
+    check_prefetch,
+)
 from accord.adapters.transports._rabbitmq_consume import (
     CARRIED,
     Acks,
@@ -79,7 +84,7 @@ from accord.errors import TransportError
 __all__ = ["DEAD_EXCHANGE", "RabbitmqTransport", "publish_frames"]
 
 DEAD_EXCHANGE = "accord.dead"
-_QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms"})
+_OWN_OPTS = frozenset({"confirm_ms", "prefix"})
 _DELAY_IDLE_MS = 60_000
 RECONNECT_S = 1.0  # pause between reconnection attempts of the robust connection
 
@@ -149,8 +154,9 @@ async def _publish_framed(channel: aiormq.Channel, frames: bytes, message_id: st
             del channel.message_id_delivery_tag[message_id]
 
 
-class RabbitmqTransport:
-    """:class:`~accord.engine.ports.Transport` over RabbitMQ (see the module docstring)."""
+class RabbitmqTransport(TransportBase):
+    """:class:`~accord.engine.ports.Transport` over RabbitMQ (see the module docstring); to its
+    streams, a :class:`~accord.adapters.transports._rabbitmq_consume.MessageSource`."""
 
     def __init__(
         self,
@@ -184,12 +190,7 @@ class RabbitmqTransport:
         cls, url: str, clock: Clock | None = None, limits: Mapping[str, int] | None = None
     ) -> RabbitmqTransport:
         parts = urlsplit(url)
-        pairs = parse_qsl(parts.query)
-        unknown = sorted({k for k, _ in pairs} - _QUEUE_OPTS - {"confirm_ms", "prefix"})
-        if unknown:
-            raise ValueError(f"unknown option(s) {unknown}")
-        options = QueueOptions.from_query([p for p in pairs if p[0] in _QUEUE_OPTS], limits)
-        own = dict(pairs)
+        options, own = broker_options(parts.query, _OWN_OPTS, limits)
         bare = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
         return cls(
             bare,
@@ -198,10 +199,6 @@ class RabbitmqTransport:
             prefix=own.get("prefix", ""),
             clock=clock,
         )
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise TransportError("transport is closed", retryable=False)
 
     async def _channel(self) -> aiormq.Channel:
         """The publisher's confirm-mode channel (opening the connection on first use); a channel
@@ -298,10 +295,15 @@ class RabbitmqTransport:
         return delayed
 
     async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
-        self._check_open()
-        if not queue or not message_id:
-            raise TransportError("publish: queue and message_id must be non-empty", retryable=False)
+        self._check_publish(queue, message_id)
         await self._send(queue, message_id, bytes(body), None, delay_ms=delay_ms)
+
+    async def republish(
+        self, queue: str, message_id: str, body: bytes, headers: dict[str, Any] | None
+    ) -> None:
+        """A confirmed publish of a copy (a delivery given back) to ``queue``, with ``headers``;
+        unlike :meth:`publish`, also while the transport closes."""
+        await self._send(queue, message_id, body, headers)
 
     async def _send(
         self,
@@ -355,12 +357,33 @@ class RabbitmqTransport:
             ) from exc
 
     def consume(self, queue: str, prefetch: int = 1) -> AsyncIterator[Delivery]:
-        if prefetch < 1:
-            raise ValueError(f"consume({queue!r}): prefetch must be >= 1, got {prefetch}")
+        check_prefetch(queue, prefetch)
         self._check_open()
         stream = ConsumerStream(self, queue, prefetch)
         self._streams.add(stream)
         return stream
+
+    # -- what its streams use (MessageSource) -------------------------------------------------
+
+    def hold(self, receipt: str, held: Held) -> None:
+        self._held[receipt] = held
+
+    def held(self, receipt: str) -> Held | None:
+        return self._held.get(receipt)
+
+    def release(self, receipt: str) -> Held | None:
+        return self._held.pop(receipt, None)
+
+    def track_acks(self, acks: Acks) -> None:
+        self._acks.add(acks)
+
+    def stream_closed(self, stream: ConsumerStream) -> None:
+        self._streams.discard(stream)
+
+    def linger(self, channel: aio_pika.abc.AbstractChannel) -> None:
+        self._lingering.append(channel)
+
+    # -- settling ---------------------------------------------------------------------------
 
     async def ack(self, delivery: Delivery) -> None:
         held = self._held.pop(delivery.receipt, None)
@@ -405,12 +428,6 @@ class RabbitmqTransport:
         }
         await self._send(queue, message_id, body, headers, exchange=DEAD_EXCHANGE)
         await settle(held.ack())
-
-    async def dead_letters(self, queue: str) -> list[Delivery]:
-        return [
-            Delivery(queue, d["message_id"], d["body"], d["delivery_count"], receipt="")
-            for d in await self.dead_letter_details(queue)
-        ]
 
     async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
         """What ``queue.dead`` holds, oldest first; read by taking every message on a private

@@ -2,7 +2,7 @@
 
 :func:`generate_all` loads every message contract under ``<root>/schemas/contracts`` (planned
 contracts are not runnable and get no bindings), renders all outputs **in memory** first, then
-either writes the files that differ (atomically: temp file in the same folder, fsync, replace)
+either writes the files that differ (atomically: :func:`accord._files.atomic_write`)
 and removes stale generated files, or, with ``check=True``, writes nothing and reports every file
 that differs from a fresh generation. Rendering reads neither the clock nor the network, so two
 runs give byte-identical output; ``make codegen-check`` fails when committed code has drifted.
@@ -18,12 +18,11 @@ Outputs (each folder holds generated files only):
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accord._files import atomic_write
 from accord.contracts.codegen.python import render_python
 from accord.contracts.codegen.typescript import CodegenToolError, render_typescript
 from accord.contracts.dsl import load_directory
@@ -94,20 +93,6 @@ def _generated_folders(root: Path, contracts: Sequence[MessageContract]) -> list
     return [f for f in folders if (root / f).is_dir()]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def generate_all(
     root: Path, check: bool = False, contracts: Sequence[MessageContract] | None = None
 ) -> CodegenReport:
@@ -123,7 +108,7 @@ def generate_all(
             continue
         report.written.append(str(rel))
         if not check:
-            _write_atomic(target, text)
+            atomic_write(target, text)
     for folder in _generated_folders(root, chosen):
         for existing in sorted((root / folder).iterdir()):
             rel = existing.relative_to(root)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from accord.worker.meshcheck import FORMATS, detect_format
+from accord_worker_meshes.check import FORMATS, detect_format
+
 from accord.worker.sandbox import Limits, check_input_size, failure, register_preload, run_limited
 from accord.worker.sdk import Context, Worker
 from accord.worker.storage import model_in_store

@@ -1,6 +1,6 @@
 """Geometry measures for ``technical-metadata@1``, computed in the sandbox child.
 
-Every number comes from the merged, validated mesh of :func:`accord.worker.meshes.load_model`:
+Every number comes from the merged, validated mesh of :func:`accord_worker_meshes.load.load_model`:
 vertex count after merging coincident vertices (a binary STL repeats each corner per triangle),
 faces, connected components of the face graph, axis-aligned bounds and extents, surface area,
 and volume only when it is well defined — a closed surface (every edge shared by exactly two
@@ -14,10 +14,10 @@ import math
 from typing import Any
 
 import numpy as np
+from accord_worker_meshes.load import load_model
 from scipy.sparse import coo_matrix  # type: ignore[import-untyped]
 from scipy.sparse.csgraph import connected_components  # type: ignore[import-untyped]
 
-from accord.worker.meshes import load_model
 from accord.worker.sandbox import Limits, failure
 
 __all__ = ["component_count", "measure"]

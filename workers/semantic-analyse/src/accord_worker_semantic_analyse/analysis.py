@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 import trimesh
+from accord_worker_meshes.load import load_model
 from scipy.spatial import cKDTree  # type: ignore[import-untyped]
 
-from accord.worker.meshes import load_model
 from accord.worker.sandbox import Limits, failure
 
 __all__ = ["analyse", "describe"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from accord.worker.meshcheck import FORMATS
+from accord_worker_meshes.check import FORMATS
+
 from accord.worker.sandbox import Limits, check_input_size, register_preload, run_limited
 from accord.worker.sdk import Context, Worker
 from accord.worker.storage import model_in_store

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 import trimesh
+from accord_worker_meshes.load import load_model
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # type: ignore[import-untyped]
 
-from accord.worker.meshes import load_model
 from accord.worker.sandbox import Limits, failure
 
 __all__ = ["FACE_BUDGET", "VIEW_EDGE", "render", "render_png"]

@@ -11,9 +11,9 @@ fails half-way; negative return codes (:class:`ScriptCode`) report refusals with
 side is refused there, before Redis is asked: JSON that does not serialise (the same
 :class:`~accord.errors.StoreError` naming the field as the other stores), index values that are
 not strings, an ``updated_at`` outside the index's range. A state handed over as an
-:class:`~accord.engine.encoding.EncodedDoc` is stored as the text it carries; the other documents
-are encoded with the shared canonical encoder, and only when one fails are they encoded again one
-by one to name the field.
+:class:`~accord.engine.machine.encoding.EncodedDoc` is stored as the text it carries; the other
+documents are encoded with the shared canonical encoder, and only when one fails are they encoded
+again one by one to name the field.
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from typing import Any
 
 from accord.adapters import _store_rules as rules
 from accord.adapters.stores.redis.keys import order_key
-from accord.engine.encoding import EncodedDoc
-from accord.engine.encoding import canonical_text as _text
+from accord.engine.machine.encoding import canonical_text as _text
 from accord.engine.ports import Commit
 from accord.errors import StoreError
 
@@ -58,8 +57,7 @@ class Scripts:
 
 
 def commit_args(commit: Commit, now_ms: int) -> list[str | int]:
-    state = commit.state
-    state_text = state.canonical if isinstance(state, EncodedDoc) else rules.dump(state, "state")
+    state_text = rules.state_text(commit.state)
     for key, value in commit.index.items():
         if not isinstance(value, str):
             raise StoreError(f"commit of {commit.run_id!r}: index {key}={value!r} is not a string")

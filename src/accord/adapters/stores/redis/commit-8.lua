@@ -1,5 +1,5 @@
 #!lua
---[[ commit-8.lua: the one atomic step of a run (ARCHITECTURE §4) on Redis.
+--[[ commit-8.lua: the one atomic step of a run (docs/architecture.md §4) on Redis.
 
   KEYS (all under the run's shard hash tag {sNN}, so one Cluster slot):
     1 run record hash       P:{sNN}:run:R      v, state, ix, up

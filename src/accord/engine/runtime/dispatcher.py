@@ -1,0 +1,177 @@
+"""The dispatcher: hands committed outbox entries to where they go, then marks them done (I7).
+
+Two paths feed it. The fast path: right after a commit the orchestrator passes the new entries
+straight in, so a hop costs no polling delay. The sweep: entries nobody finished (the engine died
+between commit and publish, or between publish and marking done) are claimed from the store with
+a lease and handed over again once they are older than ``grace_ms``; younger ones are left to the
+fast path that is presumably still holding them. Publishing twice is harmless: job ids are
+deterministic and the transport drops a message id it already knows (I4).
+
+An entry whose hand-off fails (the broker refused or did not confirm the publish) stays in the
+outbox: the commit that made it is durable, so the failure is logged and the delivery that
+committed it still succeeds; the sweep offers the entry again once it is ``grace_ms`` old. The
+other entries of the commit are handed off regardless.
+
+Done-marks are buffered and written in batches: a late mark costs at most a harmless republish.
+Telemetry has its own bounded queue and consumer; when the sink is slow the queue fills, entries
+stay in the outbox, and the sweep offers them again later — progress never waits for it.
+
+``crash_at`` is a fault-injection point for the crash tests (``after-commit``: die before
+publishing; ``after-publish``: die before marking done; ``point:n`` dies the n-th time the point
+is passed). It is ``None`` in normal operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+
+from accord.canonical import canonical_json
+from accord.engine.ports import Clock, OutboxEntry, Sink, Store, Transport
+from accord.engine.runtime.actions import ActionExecutor
+from accord.engine.runtime.outbox import control_queue
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger("accord.engine.runtime.dispatcher")
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        store: Store,
+        transport: Transport,
+        clock: Clock,
+        actions: ActionExecutor | None,
+        sink: Sink | None,
+        *,
+        owner: str,
+        lease_ms: int = 30_000,
+        grace_ms: int = 5_000,
+        crash_at: str | None = None,
+        telemetry_buffer: int = 10_000,
+    ) -> None:
+        self._store, self._transport, self._clock = store, transport, clock
+        self.actions = actions
+        self._sink = sink
+        self._owner, self._lease_ms, self.grace_ms = owner, lease_ms, grace_ms
+        self._crash_at = crash_at
+        self._done: list[str] = []
+        self._telemetry: asyncio.Queue[OutboxEntry] = asyncio.Queue(telemetry_buffer)
+        self._telemetry_pending: set[str] = set()
+        self.published = 0
+        self.failed = 0  # hand-offs that failed and were left to the sweep
+        self._crash_hits = 0
+
+    async def dispatch(self, entries: Sequence[OutboxEntry], *, inline: int = 0) -> None:
+        """Hand off entries of a commit that just became durable. ``inline`` counts messages
+        the commit itself already put in the queue (:mod:`accord.engine.runtime.joint`): they pass
+        the
+        crash points like any other entry, so a crash there still follows a durable commit."""
+        if not entries and not inline:
+            return
+        self._crash("after-commit")
+        for entry in entries:
+            await self._guarded(entry)
+        self._crash("after-publish")
+
+    async def _guarded(self, entry: OutboxEntry) -> bool:
+        """Hand ``entry`` off; a failure is logged and leaves it to the sweep."""
+        try:
+            await self._hand_off(entry)
+        except Exception as exc:
+            self.failed += 1
+            log.warning(
+                "outbox entry %s (%s) not handed off, left for the sweep: %s",
+                entry.entry_id, entry.topic, exc,
+            )  # fmt: skip
+            return False
+        return True
+
+    async def _hand_off(self, entry: OutboxEntry) -> None:
+        topic = entry.topic
+        if topic.startswith("job:"):
+            body = canonical_json(entry.payload.get("envelope", {}))
+            await self._transport.publish(topic[4:], entry.entry_id, body)
+            self.published += 1
+            self._done.append(entry.entry_id)
+        elif topic == "action":
+            if self.actions is None:
+                return  # another engine process with actions will sweep it up
+            self.actions.submit(entry.entry_id, entry.run_id, entry.payload)
+        elif topic.startswith("cancel:"):
+            queue = control_queue(topic[7:] or None)
+            await self._transport.publish(queue, entry.entry_id, canonical_json(entry.payload))
+            self._done.append(entry.entry_id)
+        elif topic == "telemetry":
+            if self._sink is None:
+                self._done.append(entry.entry_id)
+            elif entry.entry_id not in self._telemetry_pending:
+                try:
+                    self._telemetry.put_nowait(entry)
+                    self._telemetry_pending.add(entry.entry_id)
+                except asyncio.QueueFull:
+                    pass  # stays in the outbox; the sweep offers it again
+        else:
+            log.error("outbox entry %s has unknown topic %r", entry.entry_id, topic)
+
+    @property
+    def has_sink(self) -> bool:
+        return self._sink is not None
+
+    def mark_done(self, entry_id: str) -> None:
+        self._done.append(entry_id)
+
+    async def flush(self) -> int:
+        """Write buffered done-marks in one store call."""
+        if not self._done:
+            return 0
+        batch, self._done = self._done, []
+        await self._store.outbox_done(batch)
+        return len(batch)
+
+    async def sweep(self, limit: int = 500) -> int:
+        """Re-hand entries left unfinished past ``grace_ms``; returns how many were handed."""
+        # a lease no longer than the grace: a young entry skipped now is claimable again as soon
+        # as it is old enough to count as stranded
+        lease = min(self._lease_ms, max(self.grace_ms, 1)) if self.grace_ms else self._lease_ms
+        claimed = await self._store.claim_outbox(limit, self._owner, lease)
+        horizon = self._clock.now_ms() - self.grace_ms
+        busy = self.actions.in_flight() if self.actions else set()
+        handed = 0
+        for entry in claimed:
+            if entry.created_at_ms > horizon or entry.entry_id in busy:
+                continue
+            handed += await self._guarded(entry)
+        await self.flush()
+        return handed
+
+    async def run_telemetry(self, stop: asyncio.Event) -> None:
+        """The telemetry consumer: its own loop, so a slow sink delays only telemetry."""
+        assert self._sink is not None
+        while not stop.is_set():
+            try:
+                first = await asyncio.wait_for(self._telemetry.get(), 0.2)
+            except TimeoutError:
+                continue
+            batch = [first]
+            while not self._telemetry.empty() and len(batch) < 500:
+                batch.append(self._telemetry.get_nowait())
+            try:
+                await self._sink.emit([e.payload for e in batch])
+                self._done.extend(e.entry_id for e in batch)
+            except Exception:  # the sink is down: entries stay in the outbox for the sweep
+                log.warning("telemetry sink failed for %d event(s)", len(batch), exc_info=True)
+            finally:
+                self._telemetry_pending.difference_update(e.entry_id for e in batch)
+
+    def _crash(self, point: str) -> None:
+        if self._crash_at is None:
+            return
+        name, _, nth = self._crash_at.partition(":")
+        if name == point:
+            self._crash_hits += 1
+            if self._crash_hits >= int(nth or 1):
+                os._exit(137)

@@ -1,0 +1,188 @@
+"""Outcome intake: worker outcome envelopes from the transport become events.
+
+An outcome envelope names the attempt it reports on and what happened; its fields, and how one is
+built and read, are defined once in :mod:`accord.engine.runtime.wire`, which the worker SDK
+builds them with too. The machine, not intake, decides whether the attempt still counts (fencing,
+I3). Intake acknowledges a delivery only after the event is committed, so a crash in between
+redelivers it, and a redelivered outcome is a duplicate the machine records without a second
+release (I2).
+
+A delivery intake cannot read is never dropped silently: it is quarantined with its reason on
+``<queue>.quarantine`` (and counted) and then acknowledged (the record:
+:func:`~accord.engine.runtime.wire.quarantine_record`). Results are checked against their
+contracts by the engine's result hooks (:mod:`accord.engine.runtime.checks`), where the plan is
+known. ``deliver(event, delivery)`` answers ``None`` when no run took the event (an outcome for a
+run that does not exist is quarantined too), ``True`` when its commit also acknowledged the delivery
+(the queue shares the store's database), else ``False`` and intake acknowledges it.
+
+**Batches.** A worker with several outcomes ready at once may send them as one message (fewer
+broker messages, confirms and acknowledgements per run; see :mod:`accord.worker.batching`)::
+
+    {"messageType": "batch", "outcomes": [<outcome envelope>, ...]}
+
+Each member is taken exactly as if it had come alone, in order (members for one run are applied
+in the order listed). The batch is acknowledged once every member is committed or quarantined; a
+member that cannot be committed leaves the whole batch unacknowledged, and its redelivery makes
+the members already committed duplicates, which the machine records without a second release.
+A malformed member is quarantined on its own (its id, or the batch's with ``#<index>``) and the
+others go on. The batch's id is derived from its members' ids (:func:`encode_batch`).
+
+**The store unavailable.** A delivery whose commit meets a retryable
+:class:`~accord.errors.StoreError` is held and processed again in place for up to 10 s
+(:mod:`accord.engine.runtime.holding`) before it is nacked. Nacking at once would spend the
+delivery's budget in a second or so of outage, and past the queue's delivery limit a good outcome
+would be dead-lettered. While deliveries are held their prefetch slots stay taken, so intake takes
+nothing new until the store answers again. A pass whose commit landed but whose answer was lost is a
+duplicate on the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from accord.engine.machine.events import Event
+from accord.engine.ports import Delivery, Transport
+from accord.engine.runtime.holding import Hold
+from accord.engine.runtime.wire import (
+    BATCH_TYPE,
+    MAX_OUTCOME_BYTES,
+    MESSAGE_ID,
+    MalformedOutcome,
+    encode_batch,
+    outcome_event,
+    parse_delivery,
+    parse_outcome,
+    quarantine_message,
+    quarantine_queue,
+    quarantine_record,
+)
+
+__all__ = [
+    "BATCH_TYPE",
+    "MAX_OUTCOME_BYTES",
+    "OUTCOMES_QUEUE",
+    "Intake",
+    "MalformedOutcome",
+    "encode_batch",
+    "outcome_event",
+    "parse_delivery",
+    "parse_outcome",
+]  # the envelope's names are re-exported from accord.engine.runtime.wire
+
+OUTCOMES_QUEUE = "accord.outcomes"
+
+log = logging.getLogger("accord.engine.runtime.intake")
+
+
+def _text(doc: Any) -> bytes:
+    """A batch member as quarantined: any decoded JSON (``canonical_json`` refuses NaN, which
+    ``json.loads`` lets through, and a record must never fail to be written)."""
+    return json.dumps(doc, ensure_ascii=False).encode()
+
+
+class Intake:
+    def __init__(
+        self,
+        transport: Transport,
+        deliver: Callable[[Event, Delivery | None], Awaitable[bool | None]],
+        *,
+        queue: str = OUTCOMES_QUEUE,
+        hold: Hold | None = None,
+    ) -> None:
+        self._transport, self._deliver, self.queue = transport, deliver, queue
+        self._hold = hold or Hold()
+        self.quarantined: list[dict[str, Any]] = []
+        self.processed = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._busy = 0
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    async def process(self, delivery: Delivery) -> list[Event | None]:
+        """Turn one delivery into committed events (one, or a batch's members in order) or
+        quarantine what cannot be; then acknowledge it. One entry per outcome: its event, or
+        ``None`` where it was quarantined."""
+        try:
+            batch, members = parse_delivery(delivery.body)
+        except MalformedOutcome as exc:
+            await self._quarantine(delivery, str(exc))
+            return [None]
+        if batch:
+            # each member starts in order, so a run's members reach the engine in order
+            events = await asyncio.gather(
+                *(self._member(delivery, i, doc, got) for i, (doc, got) in enumerate(members))
+            )
+            await self._transport.ack(delivery)
+            return list(events)
+        event = members[0][1]
+        assert not isinstance(event, MalformedOutcome)  # a lone outcome that is not one raises
+        taken = await self._deliver(event, delivery)
+        if taken is None:
+            await self._quarantine(delivery, f"no run {event.run_id!r}")
+            return [None]
+        if not taken:  # not settled by the commit itself (see accord.engine.runtime.joint)
+            await self._transport.ack(delivery)
+        self.processed += 1
+        return [event]
+
+    async def _member(
+        self, delivery: Delivery, index: int, doc: Any, got: Event | MalformedOutcome
+    ) -> Event | None:
+        """One member of a batch: committed (never settled by its commit: the batch is
+        acknowledged as a whole), or quarantined on its own."""
+        if isinstance(got, MalformedOutcome):
+            ident = doc.get(MESSAGE_ID) if isinstance(doc, dict) else None
+            name = ident if isinstance(ident, str) and ident else f"{delivery.message_id}#{index}"
+            await self._record(delivery, name, str(got), _text(doc))
+            return None
+        if await self._deliver(got, None) is None:
+            why = f"no run {got.run_id!r}"
+            await self._record(delivery, str(doc[MESSAGE_ID]), why, _text(doc))
+            return None
+        self.processed += 1
+        return got
+
+    async def _quarantine(self, delivery: Delivery, reason: str) -> None:
+        await self._record(delivery, delivery.message_id, reason, delivery.body)
+        await self._transport.ack(delivery)
+
+    async def _record(self, delivery: Delivery, message_id: str, reason: str, body: bytes) -> None:
+        """Keep what intake could not take on ``<queue>.quarantine``, with its reason."""
+        record = quarantine_record(delivery.queue, message_id, reason, body)
+        log.warning("quarantined outcome %s: %s", message_id, reason)
+        await self._transport.publish(quarantine_queue(self.queue), *quarantine_message(record))
+        self.quarantined.append(record)
+
+    async def run(self, stop: Callable[[], bool], prefetch: int = 64) -> None:
+        """Consume until ``stop()``. Up to ``prefetch`` outcomes are processed at once, so one
+        outcome's commit overlaps the next one's decoding; the engine's per-run locks keep the
+        outcomes of one run in arrival order."""
+        slots = asyncio.Semaphore(prefetch)
+        spawn = asyncio.get_running_loop().create_task
+        async for delivery in self._transport.consume(self.queue, prefetch):
+            await slots.acquire()
+            self._busy += 1
+            self._idle.clear()
+            spawn(self._guarded(delivery, slots))
+            if stop():
+                break
+
+    async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
+        try:
+            await self._hold.run(lambda: self.process(delivery), "outcome %s", delivery.message_id)
+        except Exception:  # not acknowledged: the transport redelivers it
+            log.exception("outcome %s not processed", delivery.message_id)
+            with contextlib.suppress(Exception):
+                await self._transport.nack(delivery, 100)
+        finally:
+            slots.release()
+            self._busy -= 1
+            if self._busy == 0:
+                self._idle.set()

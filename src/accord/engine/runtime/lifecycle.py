@@ -1,0 +1,91 @@
+"""The engine's background loops, and how they start and stop.
+
+Started: the timer service, housekeeping (flush done-marks every poll, sweep stranded outbox
+entries every grace period, reconcile fully every ``reconcile_every_ms``), outcome intake, and —
+when a sink is configured — the telemetry consumer. A reconciliation pass runs first, so what a
+crashed predecessor left behind is repaired before new work arrives.
+
+Stopping is graceful, in dependency order: no new work is taken (intake is cancelled only
+between two outcomes, timers and housekeeping finish their pass), then in-flight actions and
+deliveries finish and commit, done-marks are flushed, and finally the owned ports close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from accord.engine.runtime.actions import ActionExecutor
+from accord.engine.runtime.dispatcher import Dispatcher
+from accord.engine.runtime.intake import Intake
+from accord.engine.runtime.timers import TimerService
+
+__all__ = ["Loops"]
+
+log = logging.getLogger("accord.engine")
+
+
+class Loops:
+    def __init__(
+        self,
+        *,
+        dispatcher: Dispatcher,
+        timers: TimerService,
+        intake: Intake,
+        executor: ActionExecutor,
+        reconcile: Callable[[], Awaitable[object]],
+        quiesce: Callable[[], Awaitable[object]],
+        poll_ms: int,
+        reconcile_every_ms: int,
+    ) -> None:
+        self._dispatcher, self._timers, self._intake = dispatcher, timers, intake
+        self._executor, self._reconcile, self._quiesce = executor, reconcile, quiesce
+        self._poll_ms, self._reconcile_every_ms = poll_ms, reconcile_every_ms
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._intake_task: asyncio.Task[None] | None = None
+
+    async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
+        self._stop.clear()
+        if reconcile_first:
+            await self._reconcile()
+        spawn = asyncio.get_running_loop().create_task
+        self._tasks = [spawn(self._timers.run(self._stop)), spawn(self._housekeeping())]
+        if intake:
+            self._intake_task = spawn(self._intake.run(self._stop.is_set))
+        if self._dispatcher.has_sink:
+            self._tasks.append(spawn(self._dispatcher.run_telemetry(self._stop)))
+
+    async def _housekeeping(self) -> None:
+        since_sweep = since_reconcile = 0
+        sweep_every = max(self._dispatcher.grace_ms, self._poll_ms, 100)
+        while not self._stop.is_set():
+            try:
+                await self._dispatcher.flush()
+                since_sweep += self._poll_ms
+                since_reconcile += self._poll_ms
+                if since_reconcile >= self._reconcile_every_ms:
+                    since_reconcile = since_sweep = 0
+                    await self._reconcile()
+                elif since_sweep >= sweep_every:
+                    since_sweep = 0
+                    await self._dispatcher.sweep()
+            except Exception:
+                log.exception("housekeeping pass failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._poll_ms / 1000)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._intake_task is not None:  # it waits on the transport: cancel between items
+            await self._intake.wait_idle()
+            self._intake_task.cancel()
+            await asyncio.gather(self._intake_task, return_exceptions=True)
+            self._intake_task = None
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self._executor.wait_idle()
+        await self._quiesce()
+        await self._dispatcher.flush()

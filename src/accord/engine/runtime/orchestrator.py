@@ -1,0 +1,402 @@
+"""The engine shell: load, decide, persist, hand off.
+
+:class:`Engine` is the only place where the pure machine meets I/O. One delivery is::
+
+    stamp(event)                    at_ms from the clock, fresh entropy (fences, jitter)
+    run = load(run_id)              from a small version-tagged cache, else the store
+    t = machine.apply(plan, run, e) pure: the next record, effects, history entries
+    store.commit(...)               record + history + outbox + timers, one atomic CAS step
+    dispatcher.dispatch(outbox)     hand off; the sweep covers us if we die right here
+
+A lost compare-and-set (another engine process, or a stale cache) reloads and re-applies, a
+bounded number of times. The shell makes no domain decision: rejections (stale, duplicate, late)
+come back from the machine as history to commit like any other. Deliveries for one run in this
+process keep their arrival order, so contention only comes from other processes; when several
+are waiting at once (an ``accepted`` and its ``succeeded``, two joining branches) they are
+applied in that order and committed together, once (:mod:`accord.engine.runtime.coalesce`). While
+other deliveries are in flight, news of an attempt (``accepted``, a heartbeat, progress) waits up to
+``accept_linger_ms`` (5 ms) for its run's next event to share the commit.
+
+The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
+outcome intake, telemetry, and the reconciler. :meth:`stop` stops intake and timers first,
+waits for in-flight deliveries and actions, flushes, and closes the ports it owns. The engine
+never imports an adapter: :func:`accord.adapters.open_engine` opens the ports from URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from accord.engine import machine
+from accord.engine.machine.effects import Effect
+from accord.engine.machine.events import (
+    CancelRequested,
+    Event,
+    HeartbeatReceived,
+    ProgressReported,
+    RedriveRequested,
+    RunStarted,
+    StageAccepted,
+    StageSucceeded,
+    TimerFired,
+)
+from accord.engine.machine.state import HistoryEntry, RunState
+from accord.engine.ports import (
+    Clock,
+    Delivery,
+    JointCommit,
+    JointQueue,
+    JsonValue,
+    QueuedMessage,
+    Sink,
+    Store,
+    Transport,
+)
+from accord.engine.runtime.actions import ActionExecutor, ActionHandler, ActionRegistry
+from accord.engine.runtime.capabilities import Capabilities
+from accord.engine.runtime.checks import ResultHook, run_result_checks
+from accord.engine.runtime.coalesce import Mailboxes
+from accord.engine.runtime.dispatcher import Dispatcher
+from accord.engine.runtime.holding import HOLD_MS, Hold
+from accord.engine.runtime.intake import OUTCOMES_QUEUE, Intake
+from accord.engine.runtime.joint import durable, split_outbox
+from accord.engine.runtime.lifecycle import Loops
+from accord.engine.runtime.outbox import build_commit, changed_index, without_telemetry
+from accord.engine.runtime.plans import PlanBook
+from accord.engine.runtime.reconciler import Reconciler, ReconcileReport
+from accord.engine.runtime.runcache import RunCache
+from accord.engine.runtime.stamping import stamp
+from accord.engine.runtime.timers import TimerService
+from accord.errors import ConflictError, Diagnostic, EngineError
+from accord.workflow.plan import Plan
+
+__all__ = ["Delivered", "Engine", "EngineOptions", "Observer"]
+
+log = logging.getLogger("accord.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What one delivery did: the committed record (``None`` if no run exists) and its outputs."""
+
+    run_id: str
+    version: int
+    run: RunState | None
+    effects: tuple[Effect, ...]
+    history: tuple[HistoryEntry, ...]
+
+
+Observer = Callable[[Delivered], None]  # told of every committed transition, in commit order
+_Item = tuple[Event, tuple[Delivery, ...]]  # an event and the deliveries its commit may settle
+_NEWS = (StageAccepted, HeartbeatReceived, ProgressReported)
+
+
+def _may_wait(item: _Item) -> bool:
+    """Whether an event may wait a little for its run's next one to share its commit: news of an
+    attempt (accepted, heartbeat, progress) releases nothing and dispatches nothing."""
+    return isinstance(item[0], _NEWS)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """The engine's tuning knobs, fixed for the life of an :class:`Engine`."""
+
+    owner: str | None = None  # names this process in leases; default: ``engine-<random>``
+    outcomes_queue: str = OUTCOMES_QUEUE
+    lease_ms: int = 30_000  # outbox and timer claims
+    grace_ms: int = 5_000  # an outbox entry younger than this is left to the process that wrote it
+    poll_ms: int = 50
+    reconcile_every_ms: int = 10_000
+    crash_at: str | None = None  # a crash point for fault tests (``ACCORD_CRASH_AT``)
+    conflict_retries: int = 32  # lost compare-and-sets before a delivery gives up
+    cache_size: int = 4096  # runs kept in the version-tagged cache
+    dispatch: bool = True  # False: leave the outbox to the engine processes' sweep
+    accept_linger_ms: float = 5.0  # news of an attempt waits this long to share a commit
+    store_hold_ms: int = HOLD_MS  # a store outage is ridden out in place this long
+
+    def __post_init__(self) -> None:
+        for name in ("lease_ms", "grace_ms", "poll_ms", "reconcile_every_ms", "store_hold_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"EngineOptions.{name} must not be negative")
+        if self.conflict_retries < 1 or self.cache_size < 1:
+            raise ValueError("EngineOptions: conflict_retries and cache_size must be at least 1")
+
+
+class Engine:
+    def __init__(
+        self,
+        store: Store,
+        transport: Transport,
+        clock: Clock,
+        options: EngineOptions | None = None,
+        *,
+        actions: ActionRegistry | Mapping[str, ActionHandler] | None = None,
+        sink: Sink | None = None,
+        result_checks: Sequence[ResultHook] = (),
+        observers: Sequence[Observer] = (),
+        owns_ports: bool = False,
+    ) -> None:
+        opts = self.options = options or EngineOptions()
+        self.store, self.transport, self.clock = store, transport, clock
+        # outcomes (and actions' outcomes) whose commit met a store outage are made again in
+        # place for up to store_hold_ms before they are given back (accord.engine.runtime.holding)
+        self.hold = Hold(opts.store_hold_ms)
+        self.owner = opts.owner or f"engine-{secrets.token_hex(4)}"
+        self.registry = actions if isinstance(actions, ActionRegistry) else ActionRegistry(actions)
+        self._owns_ports = owns_ports
+        self._retries = opts.conflict_retries
+        self.observers: list[Observer] = list(observers)
+        self._dispatch = opts.dispatch  # False: leave the outbox to the engine processes' sweep
+        # a queue in the store's own database takes jobs and acks inside the commit (joint.py)
+        self._joint: JointCommit | None = None
+        if opts.dispatch and isinstance(transport, JointQueue):
+            self._joint = transport.joint_commit(store)
+        self.plans = PlanBook(store)
+        self.runs = RunCache(opts.cache_size)
+        self.mail: Mailboxes[_Item, tuple[Delivered, bool]] = Mailboxes(
+            self.runs.lock,
+            may_wait=_may_wait,
+            linger_s=opts.accept_linger_ms / 1000,
+            busy=lambda: self._inflight > 1,
+        )
+        self.capabilities = Capabilities(store, clock, self.registry, self.owner)
+        self.executor = ActionExecutor(self.registry, self.deliver, self._action_done, self.hold)
+        self.dispatcher = Dispatcher(
+            store, transport, clock, self.executor, sink, owner=self.owner,
+            lease_ms=opts.lease_ms, grace_ms=opts.grace_ms, crash_at=opts.crash_at,
+        )  # fmt: skip
+        self.timers = TimerService(
+            store, clock, self.deliver, owner=self.owner, lease_ms=opts.lease_ms,
+            poll_ms=opts.poll_ms,
+        )  # fmt: skip
+        self.intake = Intake(
+            transport, self._deliver_outcome, queue=opts.outcomes_queue, hold=self.hold
+        )
+        self.result_checks = list(result_checks)
+        self.reconciler = Reconciler(
+            store, transport, clock, self.deliver, dispatcher=self.dispatcher, runs=self.runs,
+            plans=self.plan, lease_ms=opts.lease_ms,
+        )  # fmt: skip
+        self.loops = Loops(
+            dispatcher=self.dispatcher, timers=self.timers, intake=self.intake,
+            executor=self.executor, reconcile=self.reconcile, quiesce=self._idle_wait,
+            poll_ms=opts.poll_ms, reconcile_every_ms=opts.reconcile_every_ms,
+        )  # fmt: skip
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.transitions = 0  # events committed (several may share one commit)
+        self.commits = 0
+        self.conflicts = 0
+
+    # -- plans -----------------------------------------------------------------------------
+
+    async def register_plan(self, plan: Plan, *, activate: bool = True) -> str:
+        return await self.plans.register(plan, activate=activate)
+
+    async def plan(self, digest: str) -> Plan:
+        return await self.plans.get(digest)
+
+    # -- the one path every event takes ----------------------------------------------------
+
+    async def start_run(
+        self,
+        workflow: str,
+        context: Mapping[str, JsonValue] | None = None,
+        tenant: str = "default",
+        run_id: str | None = None,
+    ) -> str:
+        """Start a run of ``workflow`` (a name, using its active plan, or a plan digest)."""
+        plan = await self.plans.resolve(workflow)
+        rid = run_id or f"run_{secrets.token_hex(12)}"
+        await self.deliver(
+            RunStarted(
+                run_id=rid,
+                tenant=tenant,
+                workflow=plan.name,
+                plan_digest=plan.digest,
+                context=dict(context or {}),
+                contracts=dict(plan.contracts),
+            )
+        )
+        return rid
+
+    async def cancel(self, run_id: str, reason: str = "", by: str = "operator") -> Delivered:
+        return await self.deliver(CancelRequested(run_id=run_id, reason=reason, by=by))
+
+    async def redrive(self, run_id: str, stage: str, by: str = "operator") -> Delivered:
+        return await self.deliver(RedriveRequested(run_id=run_id, stage=stage, by=by))
+
+    def stamp(self, event: Event) -> Event:
+        return stamp(event, self.clock.now_ms())
+
+    async def deliver(self, event: Event) -> Delivered:
+        """Load → apply → commit → hand off, for one event (see the module docstring)."""
+        return (await self._deliver(event, ()))[0]
+
+    async def _deliver(self, event: Event, acked: Sequence[Delivery]) -> tuple[Delivered, bool]:
+        event = self.stamp(event)
+        self._inflight += 1
+        self._idle.clear()
+        try:  # a fired timer names the one timer its commit removes: it never shares a commit
+            alone = isinstance(event, TimerFired)
+            return await self.mail.submit(
+                event.run_id, (event, tuple(acked)), self._deliver_batch, alone=alone
+            )
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    async def _deliver_batch(self, items: list[_Item]) -> list[tuple[Delivered, bool]]:
+        """Apply one run's events in order and commit them once (see :mod:`.coalesce`); each
+        item's delivery and whether the commit also acknowledged its ``acked`` (joint commits)."""
+        run_id = items[0][0].run_id
+        fired = items[0][0].timer_id if isinstance(items[0][0], TimerFired) else None
+        for attempt in range(self._retries):
+            if attempt == 0 and isinstance(items[0][0], RunStarted) and not self.runs.get(run_id):
+                version, run = 0, None  # a new run: the create-only commit checks that it is
+            else:
+                version, run = await self._current(run_id, fresh=attempt > 0)
+            current = run
+            applied: list[tuple[RunState | None, tuple[Effect, ...], tuple[HistoryEntry, ...]]] = []
+            for item_event, _ in items:
+                event = item_event
+                digest = current.plan_digest if current else getattr(event, "plan_digest", "")
+                if not digest:  # no such run
+                    applied.append((None, (), ()))
+                    continue
+                plan = await self.plan(digest)
+                if current is not None and self.result_checks and isinstance(event, StageSucceeded):
+                    event = run_result_checks(self.result_checks, plan, current, event)
+                t = machine.apply(plan, current, event)
+                current = t.run if t.run is not None else current
+                applied.append((t.run, tuple(t.effects), tuple(t.history)))
+            effects = [e for _, done, _ in applied for e in done]
+            history = [h for _, _, hist in applied for h in hist]
+            if current is None or (not history and not effects and fired is None):
+                return [
+                    (Delivered(run_id, version, after or run, done, hist), False)
+                    for after, done, hist in applied
+                ]
+            new = current
+            commit = build_commit(
+                run_id,
+                expected_version=version,
+                state=new.encoded(),
+                history=[h.to_json() for h in history],
+                effects=effects,
+                now_ms=self.clock.now_ms(),
+                index=changed_index(run, new),
+                fired_timer=fired,
+            )
+            if self._dispatch and not self.dispatcher.has_sink:
+                # nobody here would read them: the dispatcher would mark them done unseen
+                commit = without_telemetry(commit)
+            messages: list[QueuedMessage] = []
+            try:
+                if self._joint is None:
+                    new_version = await self.store.commit(commit)
+                else:  # the store shares the queue's database: see accord.engine.runtime.joint
+                    acked = [d for _, item_acked in items for d in item_acked]
+                    commit, messages = split_outbox(commit)
+                    new_version = await self._joint.commit(
+                        commit, messages, acked,
+                        durable=new.terminal or durable(commit, messages, acked),
+                    )  # fmt: skip  # an end is always synced: readers act on it
+            except ConflictError:
+                self.conflicts += 1
+                self.runs.forget(run_id)
+                continue
+            self.commits += 1
+            self.transitions += sum(1 for _, done, hist in applied if done or hist)
+            self.runs.remember(run_id, new_version, new)
+            if self._dispatch:
+                await self.dispatcher.dispatch(commit.outbox, inline=len(messages))
+            out = []
+            joint = self._joint is not None
+            for (_, item_acked), (after, done, hist) in zip(items, applied, strict=True):
+                delivered = Delivered(run_id, new_version, after or new, done, hist)
+                for observe in self.observers:
+                    observe(delivered)
+                out.append((delivered, joint and bool(item_acked)))
+            return out
+        raise EngineError(f"run {run_id}: gave up after {self._retries} conflicting commits")
+
+    async def _current(self, run_id: str, *, fresh: bool) -> tuple[int, RunState | None]:
+        cached = None if fresh else self.runs.get(run_id)
+        if cached is not None:
+            return cached
+        stored = await self.store.load(run_id)
+        if stored is None:
+            return 0, None
+        run = RunState.from_json(stored.state)
+        self.runs.remember(run_id, stored.version, run)
+        return stored.version, run
+
+    async def _deliver_outcome(self, event: Event, delivery: Delivery | None) -> bool | None:
+        """For intake: ``None`` if no run took it, else whether the commit acknowledged
+        ``delivery`` (never when there is none to settle: a batch member's)."""
+        joint = (delivery,) if self._joint is not None and delivery is not None else ()
+        done, acked = await self._deliver(event, joint)
+        return None if done.run is None else acked
+
+    async def _idle_wait(self) -> None:
+        await self._idle.wait()
+
+    def _action_done(self, entry_id: str) -> None:
+        self.dispatcher.mark_done(entry_id)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def load(self, run_id: str) -> RunState | None:
+        stored = await self.store.load(run_id)
+        return RunState.from_json(stored.state) if stored else None
+
+    async def history(self, run_id: str) -> list[HistoryEntry]:
+        return [HistoryEntry.from_json(h) for h in await self.store.history(run_id)]
+
+    # -- capabilities ----------------------------------------------------------------------
+
+    async def announce(self, worker_id: str, capabilities: Sequence[str], ttl_ms: int) -> None:
+        await self.capabilities.announce(worker_id, capabilities, ttl_ms)
+
+    async def live_capabilities(self) -> dict[str, list[str]]:
+        return await self.capabilities.live()
+
+    async def admit(self, plan: Plan) -> list[Diagnostic]:
+        """The compiler's admission check against what is live now (workers and actions)."""
+        return await self.capabilities.admit(plan)
+
+    # -- loops (see :mod:`accord.engine.runtime.lifecycle`)
+    # -----------------------------------------
+
+    async def reconcile(self) -> ReconcileReport:
+        return await self.reconciler.run_once()
+
+    async def pump(self) -> int:
+        """One pass of the background work, for callers that drive the engine by hand."""
+        fired = await self.timers.fire_due()
+        handed = await self.dispatcher.sweep()
+        await self.dispatcher.flush()
+        return fired + handed
+
+    async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
+        await self.loops.start(intake=intake, reconcile_first=reconcile_first)
+
+    async def stop(self) -> None:
+        """Stop the loops, finish in-flight deliveries and actions, flush, close owned ports."""
+        await self.loops.stop()
+        if self._owns_ports:
+            await self.transport.close()
+            await self.store.close()
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
