@@ -265,3 +265,28 @@ async def test_closing_a_stream_returns_what_it_never_handed_out(transport: Tran
         rest = await take(stream, 3)
     assert [(d.message_id, d.delivery_count) for d in rest] == [("m1", 1), ("m2", 1), ("m3", 1)]
     assert first.message_id == "m0"
+
+
+async def test_any_body_is_delivered_as_published_and_settles(
+    transport: Transport, timeline: Timeline
+) -> None:
+    """A transport never reads a body: bytes no reader could decode (not UTF-8, 100,000 levels
+    of JSON nesting, empty, text that looks like a transport's own framing) arrive unchanged,
+    each under its own message id, and are settled like any other, never left leased."""
+    bodies = {
+        "binary": b"\xff\xfe\x00\x80 not UTF-8",
+        "deep": b"[" * 100_000 + b"]" * 100_000,
+        "empty": b"",
+        "framing": b'{"message_id": "other", "body_b64": "%% not base64"}',
+    }
+    for message_id, body in bodies.items():
+        await transport.publish("q", message_id, body)
+    async with consumer(transport, prefetch=4) as stream:
+        got = await take(stream, len(bodies))
+        assert {d.message_id: d.body for d in got} == bodies
+        assert [d.delivery_count for d in got] == [1] * len(bodies)
+        for delivery in got:
+            await transport.ack(delivery)
+        await timeline.advance(VISIBILITY_MS * 2)
+        assert await nothing_within(stream, timeline.quiet_s)
+    assert await transport.dead_letters("q") == []

@@ -18,6 +18,7 @@ SOURCES = sorted(
     for folder in ("src/accord", "tests", "bench", "workers")
     for p in (ROOT / folder).rglob("*")
     if p.suffix in {".py", ".lua", ".ts"}
+    and not any(part.startswith(".") for part in p.relative_to(ROOT).parts)  # bench/.venvs …
     and "node_modules" not in p.parts
     and "generated" not in p.parts
     and "dist" not in p.parts

@@ -38,7 +38,7 @@ from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
 from accord.engine.ports import Clock, Sink, Store, Transport
 from accord.engine.runtime.actions import ActionHandler, ActionRegistry
-from accord.engine.runtime.checks import ResultHook
+from accord.engine.runtime.checks import MessageCatalog, ResultHook
 from accord.engine.runtime.orchestrator import Engine, EngineOptions, Observer
 from accord.errors import StoreError, TransportError
 
@@ -54,13 +54,15 @@ TRANSPORT_SCHEMES = (
 
 
 def _scheme(url: str) -> str:
+    """The URL's scheme; ``ValueError`` (naming the problem) when it cannot even be split, as in
+    ``redis://[::1/0``."""
     return urlsplit(url).scheme.lower()
 
 
 def open_store(url: str, *, clock: Clock | None = None) -> Store:
     """Open the store named by ``url``; ``clock`` (default: wall clock) stamps leases and times."""
-    scheme = _scheme(url)
     try:
+        scheme = _scheme(url)
         if scheme == "memory":
             from accord.adapters.stores.memory import MemoryStore  # noqa: PLC0415
 
@@ -90,8 +92,8 @@ def open_transport(
 ) -> Transport:
     """Open the transport named by ``url``. ``delivery_limits`` overrides the per-queue delivery
     limit (default ``max_deliveries``); ``store`` is required by ``embedded://``."""
-    scheme = _scheme(url)
     try:
+        scheme = _scheme(url)
         if scheme == "memory":
             from accord.adapters.transports.memory import MemoryTransport  # noqa: PLC0415
 
@@ -130,6 +132,7 @@ def open_engine(
     sink: Sink | None = None,
     result_checks: Sequence[ResultHook] = (),
     observers: Sequence[Observer] = (),
+    catalog: MessageCatalog | None = None,
 ) -> Engine:
     """An :class:`Engine` over the store and transport named by URL, owning both. One SQLite file
     named twice is one connection: the queue lives in the store's own database and joins its
@@ -148,7 +151,7 @@ def open_engine(
         transport = open_transport(transport_url, clock=clk)
     return Engine(
         store, transport, clk, opts, actions=actions, sink=sink, result_checks=result_checks,
-        observers=observers, owns_ports=True,
+        observers=observers, catalog=catalog, owns_ports=True,
     )  # fmt: skip
 
 

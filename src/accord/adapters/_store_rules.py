@@ -35,6 +35,8 @@ __all__ = [
     "encode_commit",
     "int_option",
     "plan_changed",
+    "prefix_option",
+    "redis_db",
     "run_filters_sql",
     "split_index",
     "state_text",
@@ -158,6 +160,33 @@ def int_option(options: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"option {name}={raw!r}: expected an integer") from None
+
+
+# A prefix in a URL is a key or queue-name namespace: ':' is the key separator, '*' and '?' are
+# glob patterns to SCAN and topic bindings, braces pick a Redis Cluster hash slot.
+_PREFIX = re.compile(r"[A-Za-z0-9._@/+=-]{1,200}\Z")
+
+
+def prefix_option(options: Mapping[str, str], default: str, *, empty: bool = False) -> str:
+    """The ``prefix`` option of a URL, refused (``ValueError`` naming it) unless it is 1-200
+    characters from ``[A-Za-z0-9._@/+=-]`` (or empty, where ``empty`` allows it)."""
+    value = options.get("prefix", default)
+    if (value == "" and empty) or (_PREFIX.match(value) and ".." not in value.split("/")):
+        return value
+    raise ValueError(
+        f"option prefix={value!r}: a prefix is a key namespace, expected 1-200 characters from"
+        " [A-Za-z0-9._@/+=-] (no ':', '*', braces, spaces or newlines)"
+    )
+
+
+def redis_db(path: str) -> int:
+    """The database number of a ``redis://host:port/N`` URL's path (``/`` or none: 0)."""
+    name = path.removeprefix("/")
+    if not name:
+        return 0
+    if not name.isascii() or not name.isdigit() or len(name) > 5:
+        raise ValueError(f"database {name!r}: expected a number, as in redis://host:6379/0")
+    return int(name)
 
 
 def plan_changed(digest: str) -> str:

@@ -8,9 +8,11 @@ document on stdout and nothing else there.
 
 from __future__ import annotations
 
+import json as json_module
+import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.markup import escape
@@ -29,8 +31,15 @@ from accord.cli._registry import Workspace, print_report, refused_json, summary,
 from accord.contracts import compat
 from accord.contracts.canonical import contract_digest, to_canonical
 from accord.contracts.model import CapabilityContract, Contract, MessageContract
+from accord.contracts.paths import join
 from accord.contracts.sources import lint_paths
-from accord.errors import ContractError, ContractLintError, Diagnostic, IncompatibleChange
+from accord.errors import (
+    ContractError,
+    ContractLintError,
+    Diagnostic,
+    FieldViolation,
+    IncompatibleChange,
+)
 
 app = typer.Typer(
     help="Lint, diff, publish, generate and validate contracts.", no_args_is_help=True
@@ -208,7 +217,10 @@ def validate(
     json: JsonOpt = False,
 ) -> None:
     """Validate one JSON message against a message contract."""
-    from accord.contracts.validate import Validator  # noqa: PLC0415 - compiles schemas on import
+    from accord.contracts.validate import (  # noqa: PLC0415 - compiles schemas on import
+        ValidationResult,
+        Validator,
+    )
 
     target = _resolve(workspace(), contract)
     if not isinstance(target, MessageContract):
@@ -217,7 +229,12 @@ def validate(
         data = sys.stdin.buffer.read() if file == "-" else Path(file).read_bytes()
     except OSError as exc:
         usage(f"cannot read {file}: {exc.strerror}")
-    result = Validator.for_contract(target).validate(data, mode="shadow" if shadow else "enforce")
+    mode: Literal["enforce", "shadow"] = "shadow" if shadow else "enforce"
+    too_long = _too_long_integer(data)  # Python cannot convert it: refused here, by its path
+    if too_long is not None:
+        result = ValidationResult(False, None, (too_long,), (), mode, decoded=False)
+    else:
+        result = Validator.for_contract(target).validate(data, mode=mode)
     violations = [{"path": v.path, "code": v.code, "message": v.message} for v in result.violations]
     if json:
         emit_json(
@@ -236,6 +253,44 @@ def validate(
         state = "valid" if result.ok else ("recorded (shadow)" if result.accepted else "invalid")
         console.print(f"{target.ref}: {state}")
     raise typer.Exit(0 if result.accepted else EXIT_REFUSED)
+
+
+class _LongInt(str):
+    """The digits of an integer too long for ``int()`` (Python's int max str digits)."""
+
+
+def _too_long_integer(data: bytes) -> FieldViolation | None:
+    """The violation for the first integer in ``data`` with more digits than Python converts
+    (``sys.get_int_max_str_digits``), naming its path; ``None`` when there is none, or when
+    ``data`` is not JSON (the validator says why). Only data holding such a run of digits is
+    decoded here, and digits inside strings are not numbers."""
+    limit = sys.get_int_max_str_digits()
+    if not limit or re.search(rb"[0-9]{%d}" % (limit + 1), data) is None:
+        return None
+
+    def number(text: str) -> int | _LongInt:
+        return _LongInt(text) if len(text.lstrip("-")) > limit else int(text)
+
+    try:
+        value = json_module.loads(data, parse_int=number, object_pairs_hook=_Pairs)
+    except ValueError:
+        return None
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, node = stack.pop()
+        if isinstance(node, _LongInt):
+            digits = len(node.lstrip("-"))
+            message = f"integer of {digits} digits: more than {limit} digits cannot be converted"
+            return FieldViolation(path, message, "number-too-long")
+        children = (
+            node if isinstance(node, _Pairs) else enumerate(node) if isinstance(node, list) else ()
+        )
+        stack.extend((join(path, k), v) for k, v in reversed(list(children)))
+    return None
+
+
+class _Pairs(list[tuple[str, Any]]):
+    """An object's members in order, duplicates kept (so none hides a long integer)."""
 
 
 @app.command()

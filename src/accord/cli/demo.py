@@ -35,6 +35,7 @@ from accord.cli._common import (
     refuse,
 )
 from accord.cli._demo_run import run_demo
+from accord.cli._redaction import configure_logging, load_catalog_quietly, warn_unsealed
 from accord.cli._registry import Workspace, workspace
 from accord.contracts import compat
 from accord.contracts.model import MessageContract
@@ -134,6 +135,9 @@ def demo(
         if json_out:
             emit_json({"ok": True, "steps": _table_rows(steps)})
         return
+    configure_logging(load_catalog_quietly(ws.sources))
+    embedded = (state or ws.root / ".accord" / "demo") / "accord.db"
+    warn_unsealed(store or f"sqlite:///{embedded}")
     try:
         rows = run_on_loop(
             run_demo(

@@ -19,6 +19,12 @@ import typer
 
 from accord.adapters import open_engine
 from accord.cli._common import LoopOpt, console, emit_json, pick_loop, usage
+from accord.cli._redaction import (
+    configure_logging,
+    load_catalog_quietly,
+    run_observer,
+    warn_unsealed,
+)
 from accord.engine.runtime.holding import HOLD_MS
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.errors import StoreError, TransportError
@@ -62,6 +68,9 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
 ) -> None:
     """Run the engine until interrupted."""
     chosen_loop = pick_loop(loop)
+    catalog = load_catalog_quietly(contracts)  # which fields logs must mask
+    redacting = configure_logging(catalog)
+    warn_unsealed(store)
 
     async def serve() -> None:
         engine = open_engine(
@@ -75,7 +84,9 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
                 accept_linger_ms=accept_linger_ms,
                 store_hold_ms=store_hold_ms,
             ),
+            catalog=catalog,
         )
+        engine.observers.append(run_observer(redacting, engine, catalog))
         if platform:
             await _with_platform(engine, state, contracts, workflow or [])
         stop = asyncio.Event()

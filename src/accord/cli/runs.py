@@ -4,14 +4,21 @@
 operator event through the engine's normal path (load → apply → commit); the outbox entries that
 commit writes are published by whichever engine process sweeps next, so these commands need no
 transport. Every command takes ``--json``.
+
+What they print never holds a sensitive value: the fields the run's pinned contracts mark
+``sensitive`` are masked (``***``) in both forms, and every echo of their values is scrubbed
+(:mod:`accord.cli._redaction`; contracts from ``--contracts``, default ``schemas/contracts`` of
+the enclosing repository; a pinned contract it lacks masks the context and results whole).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -19,6 +26,8 @@ import typer
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
 from accord.cli._common import EXIT_OK, EXIT_USAGE, console, emit_json, refuse
+from accord.cli._redaction import load_catalog_quietly, redaction_of
+from accord.contracts.redact import scrub, scrub_pattern
 from accord.engine.machine.explain import explain_history
 from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.ports import Store
@@ -32,6 +41,10 @@ StoreOpt = Annotated[
     str, typer.Option("--store", envvar="ACCORD_STORE", help="store URL (sqlite:///path)")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+ContractsOpt = Annotated[
+    Path | None,
+    typer.Option("--contracts", envvar="ACCORD_CONTRACTS", help="contract sources (redaction)"),
+]
 T = TypeVar("T")
 
 
@@ -77,6 +90,19 @@ async def _run_or_refuse(store: Store, run_id: str) -> RunState:
     return RunState.from_json(stored.state)
 
 
+async def _redacted(
+    store: Store, run_id: str, contracts: Path | None
+) -> tuple[RunState, dict[str, Any], list[dict[str, Any]], re.Pattern[str] | None]:
+    """The run, its record and its history as an operator may see them (sensitive values
+    masked), and the pattern of those values for scrubbing what is printed from them."""
+    run = await _run_or_refuse(store, run_id)
+    entries = await store.history(run_id)
+    redaction = await redaction_of(store.get_plan, run, load_catalog_quietly(contracts))
+    pattern = scrub_pattern(redaction.values(run, entries))
+    shown = [redaction.entry_json(h, pattern) for h in entries]
+    return run, redaction.run_json(run, pattern), shown, pattern
+
+
 @app.command("list")
 def list_runs(  # noqa: PLR0917 - typer maps each option to a parameter
     store: StoreOpt = DEFAULT_STORE,
@@ -116,11 +142,16 @@ def _summary(run: RunState, version: int) -> dict[str, Any]:
 
 
 @app.command("show")
-def show(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False) -> None:
+def show(
+    run_id: str,
+    store: StoreOpt = DEFAULT_STORE,
+    json_out: JsonOpt = False,
+    contracts: ContractsOpt = None,
+) -> None:
     """Show a run's record: status, intent, and every stage."""
-    run = _with_store(store, lambda s: _run_or_refuse(s, run_id))
+    run, doc, _, _ = _with_store(store, lambda s: _redacted(s, run_id, contracts))
     if json_out:
-        emit_json(run.to_json())
+        emit_json(doc)
         return
     started = _iso(run.started_at_ms) if run.started_at_ms else "-"
     console.print(
@@ -136,13 +167,14 @@ def show(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False
 
 
 @app.command("history")
-def history(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False) -> None:
+def history(
+    run_id: str,
+    store: StoreOpt = DEFAULT_STORE,
+    json_out: JsonOpt = False,
+    contracts: ContractsOpt = None,
+) -> None:
     """Print a run's history: every accepted and rejected event, in order."""
-
-    async def read(s: Store) -> tuple[RunState, list[dict[str, Any]]]:
-        return await _run_or_refuse(s, run_id), await s.history(run_id)
-
-    run, entries = _with_store(store, read)
+    run, _, entries, pattern = _with_store(store, lambda s: _redacted(s, run_id, contracts))
     if json_out:
         emit_json(entries)  # at_ms stays epoch milliseconds here
         return
@@ -152,18 +184,21 @@ def history(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = Fa
         verdict = "accepted" if h.accepted else f"rejected ({h.reason})"
         stage = f" {h.event['stage']}" if h.event.get("stage") else ""
         when = f"{_iso(h.at_ms)} {_since(h.at_ms, start):>9}"
-        console.print(f"{h.seq:>4} {when} {h.event.get('kind')}{stage} {verdict}", markup=False)
+        line = f"{h.seq:>4} {when} {h.event.get('kind')}{stage} {verdict}"
+        console.print(scrub(line, pattern), markup=False)
 
 
 @app.command("explain")
-def explain(run_id: str, store: StoreOpt = DEFAULT_STORE, json_out: JsonOpt = False) -> None:
+def explain(
+    run_id: str,
+    store: StoreOpt = DEFAULT_STORE,
+    json_out: JsonOpt = False,
+    contracts: ContractsOpt = None,
+) -> None:
     """Explain, from its history alone, how a run reached its current state."""
-
-    async def read(s: Store) -> tuple[RunState, list[dict[str, Any]]]:
-        return await _run_or_refuse(s, run_id), await s.history(run_id)
-
-    run, entries = _with_store(store, read)
-    lines = explain_history(run, [HistoryEntry.from_json(h) for h in entries])
+    run, _, entries, pattern = _with_store(store, lambda s: _redacted(s, run_id, contracts))
+    told = explain_history(run, [HistoryEntry.from_json(h) for h in entries])
+    lines = [scrub(line, pattern) for line in told]
     if json_out:
         emit_json({"run_id": run_id, "status": run.status, "explanation": lines})
         return

@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import re
 import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from accord.cli._common import EXIT_REFUSED, EXIT_USAGE, LoopOpt, console, pick_loop
+from accord.cli._common import LoopOpt, console, pick_loop, refuse, usage
+from accord.cli._redaction import configure_logging, note_requests
 from accord.contracts.sources import find_root, load_catalog
 from accord.errors import AccordError
 from accord.loop import run as run_on_loop
@@ -33,16 +35,32 @@ def load_worker(spec: str) -> object:
     from accord.worker import Worker  # noqa: PLC0415 - keep `accord --help` light
 
     module_name, _, attr = spec.partition(":")
+    if not _DOTTED.fullmatch(module_name) or not _ATTR.fullmatch(attr):
+        usage(
+            f"MODULE[:ATTR] {spec!r} is not a module name: expected dotted Python identifiers, "
+            "optionally ':' and an attribute (e.g. my_worker.handler:worker)"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        console.print(f"[red]cannot import {module_name!r}:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from exc
+        usage(f"MODULE[:ATTR] {spec!r}: cannot import {module_name!r}: {exc}")
+    except Exception as exc:  # the module itself failed while being imported
+        usage(f"MODULE[:ATTR] {spec!r}: importing {module_name!r} failed: {_one_line(exc)}")
     found = getattr(module, attr or "worker", None)
     if not isinstance(found, Worker):
-        console.print(f"[red]{spec!r} is not a Worker[/red] (got {type(found).__name__})")
-        raise typer.Exit(EXIT_USAGE)
+        got = "nothing" if found is None else f"a {type(found).__name__}"
+        usage(f"MODULE[:ATTR] {spec!r} is not a Worker: {module_name}.{attr or 'worker'} is {got}")
     return found
+
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_DOTTED = re.compile(rf"{_IDENT}(?:\.{_IDENT})*")
+_ATTR = re.compile(rf"(?:{_IDENT})?")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @app.command("run")
@@ -67,10 +85,12 @@ def run(
     try:
         catalog = load_catalog(contracts or find_root() / "schemas" / "contracts")
         port = open_transport(transport)
-        announcer = store_announcer(open_store(store)) if store else None
+        store_port = open_store(store) if store else None
+        announcer = store_announcer(store_port) if store_port else None
     except AccordError as exc:
-        console.print(f"[red]worker not started:[/red] {exc}")
-        raise typer.Exit(EXIT_REFUSED) from exc
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        refuse(f"worker not started: {first}", diagnostics=getattr(exc, "diagnostics", ()))
+    note_requests(worker, configure_logging(catalog), catalog)  # logs mask sensitive values
     log = AcceptanceLog(state / f"{worker.name}.acceptance.db")
     runtime = Runtime(worker, port, catalog=catalog, acceptance=log, announce=announcer,
                       slots=slots, heartbeat_ms=heartbeat_ms)  # fmt: skip
@@ -86,9 +106,16 @@ def run(
             with contextlib.suppress(NotImplementedError):
                 running.add_signal_handler(sig, stop.set)
         try:
+            if store_port is not None:  # an unreachable store is a refusal, not a retry loop
+                try:
+                    await store_port.live_capabilities(0)
+                except AccordError as exc:
+                    refuse(f"worker not started: {' '.join(str(exc).split())}")
             await runtime.run(stop)
         finally:
             await port.close()
+            if store_port is not None:
+                await store_port.close()
             log.close()
 
     run_on_loop(serve(), chosen_loop)

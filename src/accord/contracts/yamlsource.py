@@ -27,14 +27,28 @@ from typing import Any, Literal, TypeGuard, TypeVar
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from ruamel.yaml.nodes import Node as RawNode
 
 from accord.errors import Diagnostic, Location
 
-__all__ = ["MAX_DEPTH", "Node", "Reader", "compose", "holds", "location_of"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "Node",
+    "Reader",
+    "compose",
+    "holds",
+    "location_of",
+]
 
+# Bounds on a source, checked before the document is composed (see _prescan): a hostile file is
+# refused in milliseconds instead of exhausting the C stack, the memory or the patience of CI.
 MAX_DEPTH = 48  # contracts nest a few levels; anything deeper is a mistake or an alias bomb
+MAX_BYTES = 1 << 20  # 1 MiB of UTF-8 per source; the largest real contract is a few KiB
+MAX_NODES = 100_000  # nodes after alias expansion (an alias counts every node it stands for)
 
 _T = TypeVar("_T")
 
@@ -127,6 +141,8 @@ class _Converter:
         self.filename = filename
         self.constructor = yaml.constructor
         self.diagnostics: list[Diagnostic] = []
+        self.open: set[int] = set()  # the collections being converted, root to here
+        self.cycles: set[int] = set()  # those already reported as holding themselves
 
     def error(self, code: str, message: str, location: Location) -> None:
         self.diagnostics.append(Diagnostic(code, message, location))
@@ -136,11 +152,8 @@ class _Converter:
         if depth > MAX_DEPTH:
             self.error("yaml-too-deep", f"nesting deeper than {MAX_DEPTH} levels", location)
             return Node("scalar", location, None)
-        if isinstance(raw, MappingNode):
-            return self._mapping(raw, location, depth)
-        if isinstance(raw, SequenceNode):
-            items = tuple(self.convert(item, depth + 1) for item in raw.value)
-            return Node("seq", location, items=items)
+        if isinstance(raw, MappingNode | SequenceNode):
+            return self._collection(raw, location, depth)
         assert isinstance(raw, ScalarNode)
         value = self.constructor.construct_object(raw, deep=True)
         if isinstance(value, dt.datetime | dt.date):
@@ -149,6 +162,22 @@ class _Converter:
             self.error("yaml-unsupported", "binary scalars are not allowed", location)
             value = None
         return Node("scalar", location, value)
+
+    def _collection(self, raw: MappingNode | SequenceNode, location: Location, depth: int) -> Node:
+        if id(raw) in self.open:  # an alias inside its own anchor: expanding it never ends
+            if id(raw) not in self.cycles:
+                self.cycles.add(id(raw))
+                message = "the node anchored here holds an alias to itself (an endless cycle)"
+                self.error("yaml-alias-cycle", message, location)
+            return Node("scalar", location, None)
+        self.open.add(id(raw))
+        try:
+            if isinstance(raw, MappingNode):
+                return self._mapping(raw, location, depth)
+            items = tuple(self.convert(item, depth + 1) for item in raw.value)
+            return Node("seq", location, items=items)
+        finally:
+            self.open.discard(id(raw))
 
     def _mapping(self, raw: MappingNode, location: Location, depth: int) -> Node:
         seen: dict[str, Location] = {}
@@ -177,11 +206,78 @@ class _Converter:
         return Node("map", location, entries=tuple(entries))
 
 
+def _too_large(text: str) -> int | None:
+    """The UTF-8 size of ``text`` when it is over :data:`MAX_BYTES` (measured only if it may)."""
+    if len(text) * 4 <= MAX_BYTES:
+        return None
+    size = len(text) if len(text) > MAX_BYTES else len(text.encode("utf-8", "surrogatepass"))
+    return size if size > MAX_BYTES else None
+
+
+def _prescan(text: str, filename: str) -> Diagnostic | None:
+    """The first bound ``text`` breaks, found in its parse events before anything is composed.
+
+    ruamel.yaml's composer recurses in C (a document nested 100,000 deep overflows the stack)
+    and the tree it builds shares each anchored node among its aliases, which the conversion to
+    :class:`Node` expands (nine levels of nine aliases are 387 million nodes). The event stream
+    has neither problem: it is read one event at a time, so nesting past :data:`MAX_DEPTH` is
+    stopped where it starts, and the nodes every alias stands for (the size of its anchor's
+    subtree, known once the anchor has ended) are added up until :data:`MAX_NODES` is passed.
+    A syntax error is left to the composer, which reports it the same way."""
+    size = _too_large(text)
+    if size is not None:
+        message = f"the source is {size:,} bytes, over the limit of {MAX_BYTES:,} (1 MiB)"
+        return Diagnostic("yaml-too-large", message, Location(filename, 1, 1))
+    opened: list[tuple[int, str | None]] = []  # node count at the start, anchor
+    sizes: dict[str, int] = {}  # anchor -> nodes it stands for
+    nodes = aliases = 0
+    events = YAML(typ="safe", pure=False).parse(text)
+    try:
+        for event in events:
+            if len(opened) > MAX_DEPTH and not isinstance(event, CollectionEndEvent):
+                message = f"nesting deeper than {MAX_DEPTH} levels"
+                return Diagnostic("yaml-too-deep", message, _mark(filename, event))
+            if isinstance(event, ScalarEvent):
+                nodes += 1
+                if event.anchor:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, CollectionStartEvent):
+                opened.append((nodes, event.anchor))
+                nodes += 1
+            elif isinstance(event, CollectionEndEvent):
+                start, anchor = opened.pop()
+                if anchor:
+                    sizes[anchor] = nodes - start
+            elif isinstance(event, AliasEvent):
+                aliases += 1
+                nodes += sizes.get(event.anchor, 1)  # an unknown anchor: the composer says so
+            if nodes > MAX_NODES:
+                expanded = f" once its {aliases:,} alias(es) are expanded" if aliases else ""
+                message = f"more than {MAX_NODES:,} nodes{expanded}"
+                return Diagnostic("yaml-too-large", message, _mark(filename, event))
+    finally:
+        events.close()
+    return None
+
+
+def _mark(filename: str, event: Any) -> Location:
+    mark = event.start_mark
+    return Location(filename, mark.line + 1, mark.column + 1)
+
+
 def compose(text: str, filename: str) -> tuple[Node | None, list[Diagnostic]]:
-    """Compose exactly one YAML document; return its tree (``None`` if unusable) and findings."""
+    """Compose exactly one YAML document; return its tree (``None`` if unusable) and findings.
+
+    A source over :data:`MAX_BYTES`, nested deeper than :data:`MAX_DEPTH` or of more than
+    :data:`MAX_NODES` nodes with its aliases expanded is refused (``yaml-too-large``,
+    ``yaml-too-deep``) before it is composed; an alias inside its own anchor is
+    ``yaml-alias-cycle``."""
     yaml = YAML(typ="safe", pure=False)  # libyaml (ruamel.yaml.clib): ~8x faster, same marks
     converter = _Converter(filename, yaml)
     try:
+        bound = _prescan(text, filename)
+        if bound is not None:
+            return None, [bound]
         documents = list(yaml.compose_all(text))
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

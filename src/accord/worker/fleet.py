@@ -67,6 +67,7 @@ async def ingest_stack(
         transport or url,
         options=EngineOptions(poll_ms=poll_ms),
         result_checks=[contract_result_check(catalog)],
+        catalog=catalog,
     )
 
     async def load_run(run_id: str) -> dict[str, Any] | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import threading
@@ -136,13 +135,30 @@ class Runtime:
             self._held.release()
 
     async def _control(self, queue: str) -> None:
-        async for delivery in self.transport.consume(control_queue(queue), 16):
-            with contextlib.suppress(ValueError, TypeError, AttributeError):
-                request = json.loads(delivery.body)
-                ctx = self.inflight.get(str(request.get("fence")))
-                if ctx is not None and ctx.stage == request.get("stage"):
-                    ctx.cancel()
-            await self.transport.ack(delivery)
+        """Take cancellation requests until cancelled: one that cannot be read is quarantined,
+        and no body, nor a failed settle, ends the loop (later requests must still be taken)."""
+        while True:
+            try:
+                async for delivery in self.transport.consume(control_queue(queue), 16):
+                    await self._cancel(delivery)
+                return  # the transport closed
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the stream failed (transport away): consume again shortly
+                log.exception("control queue of %r", queue)
+                await asyncio.sleep(0.25)
+
+    async def _cancel(self, delivery: Delivery) -> None:
+        try:
+            fence, stage = wire.read_control(delivery.body)
+        except Poison as exc:
+            with contextlib.suppress(Exception):  # not recorded: its redelivery tries again
+                await self._quarantine(delivery, str(exc))
+            return
+        ctx = self.inflight.get(fence)
+        if ctx is not None and ctx.stage == stage:
+            ctx.cancel()
+        await self._ack(delivery)
 
     async def _announcer(self, stop: asyncio.Event) -> None:
         assert self._announce is not None
@@ -281,6 +297,7 @@ class Runtime:
 
     async def _quarantine(self, delivery: Delivery, reason: str) -> None:
         log.warning("quarantined job %s: %s", delivery.message_id, reason)
-        await self.transport.publish(*wire.quarantine(delivery, reason))
+        contracts = self.catalog.messages() if self.catalog else ()
+        await self.transport.publish(*wire.quarantine(delivery, reason, contracts))
         self.stats["quarantined"] += 1
         await self._ack(delivery)

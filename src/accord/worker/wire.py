@@ -18,16 +18,18 @@ writes straight to a store).
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from accord.contracts.catalog import Catalog
+from accord.contracts.model import MessageContract
 from accord.contracts.validate import DEFAULT_MAX_BYTES, Validator
 from accord.engine.ports import Delivery
 from accord.engine.runtime.wire import (
+    UndecodableJson,
+    decode_json,
     encode_outcome,
     outcome_id,
     quarantine_message,
@@ -45,6 +47,7 @@ __all__ = [
     "failure",
     "outcome",
     "quarantine",
+    "read_control",
     "read_job",
     "store_announcer",
     "violations_text",
@@ -91,9 +94,9 @@ def read_job(
     if len(body) > limit:
         raise Poison(f"job of {len(body)} bytes exceeds the envelope limit of {limit}")
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Poison(f"not JSON: {exc}") from None
+        doc = decode_json(body)
+    except UndecodableJson as exc:
+        raise Poison(str(exc)) from None
     if not isinstance(doc, dict):
         raise Poison("job envelope must be a JSON object")
     job = _identity(doc)
@@ -111,6 +114,23 @@ def read_job(
     if not checked.ok:
         raise Refused(job, "invalid-request", violations_text(checked.violations))
     return job, dict(checked.value)
+
+
+CONTROL_MAX_BYTES = 65_536  # a cancellation request is a few fields
+
+
+def read_control(body: bytes) -> tuple[str, str]:
+    """``(fence, stage)`` of a cancellation request; raises :class:`Poison` with the reason
+    (whatever the body: too large, not JSON, nested too deeply, not a request)."""
+    try:
+        doc = decode_json(body, max_bytes=CONTROL_MAX_BYTES)
+    except UndecodableJson as exc:
+        raise Poison(f"control message: {exc}") from None
+    fence = doc.get("fence") if isinstance(doc, dict) else None
+    stage = doc.get("stage") if isinstance(doc, dict) else None
+    if not isinstance(fence, str | int) or isinstance(fence, bool) or not isinstance(stage, str):
+        raise Poison("control message does not name a fence and a stage")
+    return str(fence), stage
 
 
 def _identity(doc: Mapping[str, Any]) -> Job:
@@ -147,9 +167,14 @@ def failure(code: str, message: str, *, retryable: bool) -> tuple[str, dict[str,
     return "failed", {"code": code, "message": message[:2000], "retryable": retryable}
 
 
-def quarantine(delivery: Delivery, reason: str) -> tuple[str, str, bytes]:
-    """``(queue, message id, body)`` of the quarantine record for a poison delivery."""
-    record = quarantine_record(delivery.queue, delivery.message_id, reason, delivery.body)
+def quarantine(
+    delivery: Delivery, reason: str, contracts: Iterable[MessageContract] = ()
+) -> tuple[str, str, bytes]:
+    """``(queue, message id, body)`` of the quarantine record for a poison delivery, with the
+    fields ``contracts`` mark sensitive masked."""
+    record = quarantine_record(
+        delivery.queue, delivery.message_id, reason, delivery.body, contracts
+    )
     return (quarantine_queue(delivery.queue), *quarantine_message(record))
 
 

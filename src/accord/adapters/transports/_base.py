@@ -18,6 +18,11 @@ pass the queue's limit), ``_ack`` and ``_nack``. Rules common to all of them:
   again. ``delivery_count`` never passes the queue's limit: the delivery that would is
   dead-lettered instead, with a reason, and :meth:`dead_letters` lists it.
 - ``receipt`` is fresh per delivery; an ack or nack with a superseded receipt does nothing.
+- A transport never reads a body: any bytes published are delivered as they were. A message a
+  broker transport cannot make a delivery of at all (BullMQ job data that is not accord's, a
+  RabbitMQ message without a message id) is dead-lettered on its first delivery, with the reason
+  and at most :data:`UNREADABLE_BODY_BYTES` of its raw bytes; a body its reader cannot read is the
+  reader's to quarantine (:mod:`accord.engine.runtime.wire`).
 
 ``consume`` never holds more than ``prefetch`` unsettled deliveries (buffered ones count). It polls
 with an adaptive sleep (short after work, doubling to ``poll_ms`` when idle) and is woken at once
@@ -43,6 +48,7 @@ from accord.errors import TransportError
 
 __all__ = [
     "BROKER_QUEUE_OPTS",
+    "UNREADABLE_BODY_BYTES",
     "BrokerStream",
     "QueueOptions",
     "QueueTransport",
@@ -52,6 +58,8 @@ __all__ = [
 ]
 
 POLL_MIN_MS = 1
+# what a broker transport keeps of a message it cannot make a delivery of (dead-lettered at once)
+UNREADABLE_BODY_BYTES = 65_536
 
 
 @dataclass(frozen=True, slots=True)

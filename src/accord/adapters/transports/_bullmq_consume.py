@@ -21,7 +21,10 @@ One timer per stream renews the locks of all its unsettled deliveries every ``vi
 every ``stalled_ms``: a job whose lock lapsed (its consumer died or stopped running its event
 loop) goes back to the queue and is taken again with a higher ``attemptsStarted``. A job started
 more often than the queue's delivery limit, or one BullMQ's stalled check gave up on (``defa``),
-is failed before it is handed out. A delivery whose lock was lost before it was handed out is
+is failed before it is handed out, and so is a job whose data is not accord's job data
+(:func:`read_job`: not UTF-8, not JSON or nested too deeply, not an object, no string body or a
+``body_b64`` that is not base64), with the reason and at most ``UNREADABLE_BODY_BYTES`` of its
+raw data kept: it never holds a slot. A delivery whose lock was lost before it was handed out is
 never handed out. Closing a stream stops both timers: what it handed out stays leased until
 settled or lapsed (and is marked for the next stalled check, so it returns as soon as its lock
 lapses); the jobs it took but never handed out go back to the head of the queue in the order
@@ -40,7 +43,6 @@ import asyncio
 import base64
 import contextlib
 import itertools
-import json
 import logging
 import time
 import uuid
@@ -54,8 +56,9 @@ from redis.asyncio.connection import Connection, parse_url
 from redis.exceptions import NoScriptError, RedisError
 
 from accord.adapters._redis_group import pack, round_trip
-from accord.adapters.transports._base import BrokerStream, QueueOptions
+from accord.adapters.transports._base import UNREADABLE_BODY_BYTES, BrokerStream, QueueOptions
 from accord.engine.ports import Delivery
+from accord.engine.runtime.wire import UndecodableJson, decode_json
 from accord.errors import TransportError
 
 __all__ = [
@@ -67,18 +70,20 @@ __all__ = [
     "Lease",
     "Nack",
     "QueueOps",
+    "Unreadable",
     "ignore",
-    "job_body",
     "job_data",
     "job_id_for",
     "lua_source",
     "message_id_of",
     "nack_delay",
     "now_ms",
+    "raw_data",
+    "read_job",
 ]
 
 LAPSED = "accord: lease lapsed"
-MALFORMED = "accord: job data is not JSON"
+UNREADABLE = "accord: job data"  # how the reason for job data nobody can read begins
 NACKED = "accord: nacked"
 MAX_BATCH = 16  # moveToActive calls in one round trip, at most
 DRAIN_S = 5.0  # longest marker wait without a known next delayed job (BullMQ's drainDelay)
@@ -117,10 +122,62 @@ def job_data(message_id: str, body: bytes) -> dict[str, str]:
         return {"message_id": message_id, "body_b64": base64.b64encode(body).decode("ascii")}
 
 
-def job_body(data: Mapping[str, Any]) -> bytes:
-    if "body_b64" in data:
-        return base64.b64decode(data["body_b64"])
-    return str(data.get("body", "")).encode("utf-8")
+class Unreadable(ValueError):
+    """A job's data is not accord's job data; ``str()`` is the reason it is dead-lettered for."""
+
+
+def _fallback_id(job_id: str) -> str:
+    """The message id of a job whose data names none: from its job id (any job id)."""
+    return message_id_of(job_id) if job_id.startswith("m-") and len(job_id) > 2 else job_id
+
+
+def read_job(job_id: str, data: str | None) -> tuple[str, bytes]:
+    """The message id and body a job's data carries (``data`` as Redis gave it, undecodable
+    bytes escaped as lone surrogates); raises :class:`Unreadable` with the reason for data that
+    is not UTF-8, not JSON (or nested too deeply), not an object, or has no message id or body
+    of the expected types."""
+    try:
+        raw = (data or "{}").encode("utf-8")
+    except UnicodeEncodeError:
+        raise Unreadable(f"{UNREADABLE} is not UTF-8") from None
+    try:
+        doc = decode_json(raw)
+    except UndecodableJson as exc:
+        raise Unreadable(f"{UNREADABLE} is {exc}") from None
+    if not isinstance(doc, dict):
+        raise Unreadable(f"{UNREADABLE} is not a JSON object")
+    message_id = doc.get("message_id") or _fallback_id(job_id)
+    if not isinstance(message_id, str):
+        raise Unreadable(f"{UNREADABLE}'s message_id is not a string")
+    if "body_b64" in doc:
+        try:
+            return message_id, base64.b64decode(doc["body_b64"], validate=True)
+        except (TypeError, ValueError):  # binascii.Error is a ValueError
+            raise Unreadable(f"{UNREADABLE}'s body_b64 is not base64") from None
+    body = doc.get("body")
+    if not isinstance(body, str):
+        raise Unreadable(f"{UNREADABLE} has no body (a string 'body' or 'body_b64')")
+    try:
+        return message_id, body.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escaped in the JSON text
+        raise Unreadable(f"{UNREADABLE}'s body is not UTF-8 text") from None
+
+
+def raw_data(job_id: str, data: str | None) -> tuple[str, bytes]:
+    """What a dead-letter record keeps of a job nobody can read: a message id (the data's, if it
+    names one) and at most :data:`UNREADABLE_BODY_BYTES` of the data's raw bytes."""
+    raw = (data or "").encode("utf-8", "surrogateescape")
+    try:
+        named = decode_json(raw).get("message_id")
+    except (UndecodableJson, AttributeError):
+        named = None
+    message_id = named if isinstance(named, str) and named else _fallback_id(job_id)
+    return message_id, raw[:UNREADABLE_BODY_BYTES]
+
+
+def _count(value: Any) -> int:
+    """A count field of a job hash, or of its options (0 when not a count)."""
+    return int(value) if isinstance(value, int | str) and str(value).isdigit() else 0
 
 
 class Nack(Exception):
@@ -223,15 +280,15 @@ class Lease:
     ) -> None:
         self.stream, self.job_id, self.token = stream, job_id, token
         self.queue = stream.queue if stream is not None else ""
-        self.count = int(fields.get("ats") or 1)
-        self.made = int(fields.get("atm") or fields.get("attemptsMade") or 0)
+        self.count = _count(fields.get("ats")) or 1
+        self.made = _count(fields.get("atm") or fields.get("attemptsMade"))
         try:
-            opts = json.loads(fields.get("opts") or "{}")
-        except ValueError:
+            opts = decode_json(fields.get("opts") or "{}")
+        except UndecodableJson:
             opts = None
         if not isinstance(opts, dict):  # not BullMQ's: no options of its own
             opts = {}
-        self.attempts = int(opts.get("attempts") or 0)
+        self.attempts = _count(opts.get("attempts"))
         self.backoff = opts.get("backoff")
         self.keep_done = keep_jobs(opts.get("removeOnComplete", False))
         self.keep_failed = keep_jobs(opts.get("removeOnFail", False))
@@ -266,8 +323,9 @@ class JobSource(Protocol):
         """Unregister ``receipt`` (its lock was lost, or it is given back): its lease, if any."""
         ...
 
-    async def dead_letter(self, lease: Lease, reason: str) -> None:
-        """Fail the job of ``lease`` into the failed set, the queue's dead letters."""
+    async def dead_letter(self, lease: Lease, reason: str, *, keep: bytes | None = None) -> None:
+        """Fail the job of ``lease`` into the failed set, the queue's dead letters (``keep``:
+        what to keep of data nobody can read, in its place)."""
         ...
 
     async def give_back(self, queue: str, leases: list[Lease]) -> None:
@@ -286,7 +344,10 @@ class _Line:
     def __init__(self, url: str, name: str) -> None:
         kwargs: dict[str, Any] = dict(parse_url(url))
         kind: type[Connection] = kwargs.pop("connection_class", Connection)
-        self.conn = kind(**kwargs, decode_responses=True, client_name=name)
+        # job data that is not UTF-8 arrives escaped (read_job refuses it), not as a broken reply
+        self.conn = kind(
+            **kwargs, decode_responses=True, encoding_errors="surrogateescape", client_name=name
+        )
 
     async def send(self, *commands: tuple[Any, ...]) -> list[Any]:
         try:
@@ -456,18 +517,14 @@ class JobStream(BrokerStream):
                 await t.give_back(self.queue, [lease])
             return
         try:
-            data = json.loads(fields.get("data") or "{}")
-        except ValueError:  # nothing a consumer could read: dead-letter it at once
-            await t.dead_letter(lease, MALFORMED)
+            message_id, body = read_job(lease.job_id, fields.get("data"))
+        except Unreadable as exc:  # nothing a consumer could read: dead-letter it at once
+            _, kept = raw_data(lease.job_id, fields.get("data"))
+            await t.dead_letter(lease, str(exc), keep=kept)
             return
-        if not isinstance(data, dict):
-            data = {}
         receipt = t.lease_out(lease)
         self._held[receipt] = lease
-        message_id = data.get("message_id") or message_id_of(lease.job_id)
-        self._inbox.put_nowait(
-            Delivery(self.queue, message_id, job_body(data), lease.count, receipt)
-        )
+        self._inbox.put_nowait(Delivery(self.queue, message_id, body, lease.count, receipt))
 
     async def _renew_loop(self) -> None:
         t, ops = self._t, self._ops

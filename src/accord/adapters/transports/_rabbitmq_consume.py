@@ -34,7 +34,7 @@ import aiormq
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import AMQPError, ChannelInvalidStateError
 
-from accord.adapters.transports._base import BrokerStream, QueueOptions
+from accord.adapters.transports._base import UNREADABLE_BODY_BYTES, BrokerStream, QueueOptions
 from accord.engine.ports import Delivery
 from accord.errors import TransportError
 
@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 CARRIED = "x-accord-deliveries"  # deliveries made before a delayed nack re-published the message
+NO_ID = "accord: message has no message_id"  # nothing could name, dedup or quarantine it
 _receipts = itertools.count(1)
 RESUBSCRIBE_S = 1.0  # pause between attempts to consume again from a queue the broker lost
 
@@ -286,9 +287,17 @@ class MessageSource(Protocol):
         ...
 
     async def dead_letter(
-        self, queue: str, message_id: str, body: bytes, held: Held, reason: str
+        self,
+        queue: str,
+        message_id: str,
+        body: bytes,
+        held: Held,
+        reason: str,
+        *,
+        count: int | None = None,
     ) -> None:
-        """Quarantine a delivery in ``queue.dead``, then settle the original."""
+        """Quarantine a delivery in ``queue.dead``, then settle the original (``count``: its
+        delivery count, when not the queue's limit)."""
         ...
 
     async def republish(
@@ -402,6 +411,9 @@ class ConsumerStream(BrokerStream):
         if count > self._limit:
             why = f"lease lapsed on delivery {self._limit} of {self._limit}"
             return self._t.dead_letter(self._queue, message_id, message.body, held, why)
+        if not message_id:  # not one of ours, and unsettleable by name: dead-letter it at once
+            kept = message.body[:UNREADABLE_BODY_BYTES]
+            return self._t.dead_letter(self._queue, "", kept, held, NO_ID, count=count)
         receipt = str(next(_receipts))
         self._t.hold(receipt, held)
         self._buffer.append(Delivery(self._queue, message_id, message.body, count, receipt))

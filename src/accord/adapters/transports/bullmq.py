@@ -15,11 +15,15 @@ stamps dead letters with a field of its own.
 - **Job ids.** A message id maps to ``m-`` + the id with ``%`` and ``:`` percent-escaped: never
   integer-like, never containing ``:``, so Node BullMQ accepts it, and one-to-one. BullMQ refuses a
   second job with a known id, which makes ``publish`` idempotent while the job exists: waiting,
-  delayed, active, completed within ``dedup_ms`` or failed (dead letters are kept). A completed
+  delayed, active, completed within ``dedup_ms`` or failed (a dead letter, while kept). A completed
   job is removed lazily (``removeOnComplete`` age: ``dedup_ms`` rounded up to seconds, applied when
   a later job completes); a publish refused for a job completed more than ``dedup_ms`` ago removes
   it and adds the message again. Publishes and settles of concurrent tasks share round trips (one
   pipeline of script calls per trip, each script atomic on its own).
+- **Retention.** A queue is not an archive of payloads: it keeps at most ``done_count`` (1000)
+  completed jobs, and its dead letters (``removeOnFail``) for ``dead_ms`` (one hour, time for the
+  reconciler to report them on their runs) and at most ``dead_count`` (1000, at least 1). BullMQ
+  trims both when a later job of the queue finishes the same way.
 - **Leases.** ``consume`` runs one fetch loop per stream (see
   :mod:`~accord.adapters.transports._bullmq_consume`): it takes jobs with ``moveToActive`` while
   fewer than ``prefetch`` of its deliveries are unsettled, each locked for ``visibility_ms``, and
@@ -69,6 +73,7 @@ from redis import asyncio as aioredis
 from redis.exceptions import RedisError, WatchError
 
 from accord.adapters._redis_group import GroupCalls
+from accord.adapters._store_rules import int_option, prefix_option, redis_db
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import (
     QueueOptions,
@@ -85,14 +90,16 @@ from accord.adapters.transports._bullmq_consume import (
     Lease,
     Nack,
     QueueOps,
+    Unreadable,
     ignore,
-    job_body,
     job_data,
     job_id_for,
     lua_source,
     message_id_of,
     nack_delay,
     now_ms,
+    raw_data,
+    read_job,
 )
 from accord.engine.ports import Clock, Delivery
 from accord.errors import TransportError
@@ -102,10 +109,18 @@ __all__ = ["BullmqTransport", "job_id_for", "message_id_of"]
 NACK_BACKOFF = "accord-nack"
 DEAD_AT = "accordDeadAt"  # job hash field: when the transport dead-lettered it (clock ms)
 _LAPSE_MARKS = (LAPSED, "job stalled more than allowable limit")
-_OWN_OPTS = frozenset({"prefix", "stalled_ms"})
+_OWN_OPTS = frozenset({"prefix", "stalled_ms", "done_count", "dead_ms", "dead_count"})
+DONE_COUNT = 1_000  # completed jobs a queue keeps at most (each within dedup_ms of completing)
+DEAD_MS = 3_600_000  # how long a dead letter (a failed job) is kept: the reconciler reads it
+DEAD_COUNT = 1_000  # dead letters a queue keeps at most
 _MOVE_BACK = lua_source("moveJobFromActiveToWait-9.lua")
 _COMPLETED_AT = 'return redis.call("ZSCORE", KEYS[1], ARGV[1])'  # when a job completed, if it did
 _UNMARK = 'return redis.call("ZREM", KEYS[1], "0")'  # drop the marker's "jobs waiting" member
+
+
+def _stamp(value: Any) -> int:
+    """An integer field of a job hash (0 when absent or not an integer)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
 
 
 class BullmqTransport(TransportBase):
@@ -120,12 +135,18 @@ class BullmqTransport(TransportBase):
         prefix: str = "bull",
         stalled_ms: int | None = None,
         clock: Clock | None = None,
+        done_count: int = DONE_COUNT,
+        dead_ms: int = DEAD_MS,
+        dead_count: int = DEAD_COUNT,
     ) -> None:
         self.redis_url, self.prefix = redis_url, prefix
         self.options = options or QueueOptions()
         self.stalled_ms = stalled_ms or self.options.visibility_ms
         self.clock: Clock = clock or SystemClock()
-        self.redis = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        # job data that is not UTF-8 reads as escaped text (see read_job), not as an error
+        self.redis = aioredis.Redis.from_url(
+            redis_url, decode_responses=True, encoding_errors="surrogateescape"
+        )
         self._queues: dict[str, Any] = {}
         self._ops: dict[str, QueueOps] = {}
         self._leases: dict[str, Lease] = {}  # receipt -> lease, for deliveries not yet settled
@@ -134,7 +155,12 @@ class BullmqTransport(TransportBase):
         self._calls = GroupCalls(self.redis)  # publishes and settles, many per round trip
         self._completed_at = self.redis.register_script(_COMPLETED_AT)
         self._unmark = self.redis.register_script(_UNMARK)
-        self._keep_done = {"age": max(1, math.ceil(self.options.dedup_ms / 1000))}
+        # retention: a queue is not an archive of payloads (BullMQ trims on each later finish)
+        self._keep_done = {
+            "age": max(1, math.ceil(self.options.dedup_ms / 1000)),
+            "count": max(0, done_count),
+        }
+        self._keep_dead = {"age": max(1, math.ceil(dead_ms / 1000)), "count": max(1, dead_count)}
         self._closed = False
 
     @classmethod
@@ -143,11 +169,25 @@ class BullmqTransport(TransportBase):
     ) -> BullmqTransport:
         parts = urlsplit(url)
         options, own = broker_options(parts.query, _OWN_OPTS, limits)
-        stalled = int(own["stalled_ms"]) if "stalled_ms" in own else None
-        redis_url = f"redis://{parts.netloc or '127.0.0.1:6379'}{parts.path or '/0'}"
+        stalled = int_option(own, "stalled_ms", 0) if "stalled_ms" in own else None
+        prefix = prefix_option(own, "bull")
+        db = redis_db(parts.path)
+        keep = {
+            name: int_option(own, name, default)
+            for name, default in (
+                ("done_count", DONE_COUNT), ("dead_ms", DEAD_MS), ("dead_count", DEAD_COUNT)
+            )
+        }  # fmt: skip
+        if keep["done_count"] < 0 or keep["dead_ms"] < 0 or keep["dead_count"] < 1:
+            raise ValueError(
+                "queue options done_count and dead_ms must be >= 0 and dead_count >= 1, got "
+                + ", ".join(f"{k}={v}" for k, v in sorted(keep.items()))
+            )
+        redis_url = f"redis://{parts.netloc or '127.0.0.1:6379'}/{db}"
         return cls(
-            redis_url, options, prefix=own.get("prefix", "bull"), stalled_ms=stalled, clock=clock
-        )
+            redis_url, options, prefix=prefix, stalled_ms=stalled, clock=clock,
+            **keep,
+        )  # fmt: skip
 
     def queue(self, name: str) -> Any:
         """The ``bullmq.Queue`` behind ``name`` (shares this transport's connection pool)."""
@@ -178,7 +218,7 @@ class BullmqTransport(TransportBase):
             "jobId": job_id,
             "backoff": {"type": NACK_BACKOFF},
             "removeOnComplete": self._keep_done,
-            "removeOnFail": False,
+            "removeOnFail": self._keep_dead,
         }
         args = [
             msgpack.packb(
@@ -247,9 +287,10 @@ class BullmqTransport(TransportBase):
     def stream_closed(self, stream: JobStream) -> None:
         self._streams.discard(stream)
 
-    async def dead_letter(self, lease: Lease, reason: str) -> None:
-        """Fail the job of ``lease`` into the failed set, stamped with when (see DEAD_AT)."""
-        await self._stamp_death(lease.queue, lease.job_id)
+    async def dead_letter(self, lease: Lease, reason: str, *, keep: bytes | None = None) -> None:
+        """Fail the job of ``lease`` into the failed set, stamped with when (see DEAD_AT); data
+        nobody can read is cut to ``keep`` (a bounded prefix of it) first."""
+        await self._stamp_death(lease.queue, lease.job_id, keep)
         await self._finish(lease, "failed", reason)
 
     # -- settling ---------------------------------------------------------------------------
@@ -336,30 +377,44 @@ class BullmqTransport(TransportBase):
                 )
             await pipe.execute(raise_on_error=False)
 
-    async def _stamp_death(self, queue: str, job_id: str) -> None:
-        """Record when (on this transport's clock) the job was dead-lettered, beside the job."""
-        await self.redis.hset(self.ops(queue).prefix + job_id, DEAD_AT, self.clock.now_ms())
+    async def _stamp_death(self, queue: str, job_id: str, keep: bytes | None = None) -> None:
+        """Record when (on this transport's clock) the job was dead-lettered, beside the job
+        (and replace data nobody can read with ``keep``)."""
+        key, now = self.ops(queue).prefix + job_id, self.clock.now_ms()
+        if keep is None:
+            await self.redis.hset(key, DEAD_AT, now)
+        else:
+            await self.redis.hset(key, mapping={DEAD_AT: now, "data": keep})
 
     async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
         """Jobs in the failed set, oldest first: ``message_id``, ``body``, ``delivery_count``
         (deliveries handed out), ``reason``, ``dead_at_ms``. Reading them removes nothing."""
-        jobs = sorted(await self.queue(queue).getFailed(0, -1), key=lambda j: (j.finishedOn, j.id))
+        ops = self.ops(queue)
+        ids = [str(i) for i in await self.redis.zrange(self.queue(queue).toKey("failed"), 0, -1)]
+        names = ("data", "failedReason", "ats", "finishedOn", DEAD_AT)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for job in jobs:
-                pipe.hget(self.queue(queue).toKey(job.id), DEAD_AT)
-            stamps = await pipe.execute()
+            for job_id in ids:  # read raw: data nobody can read is listed, not a failure here
+                pipe.hmget(ops.prefix + job_id, names)
+            rows = await pipe.execute()
+        jobs = sorted(
+            ((_stamp(row[3]), job_id, row) for job_id, row in zip(ids, rows, strict=True)),
+            key=lambda j: (j[0], j[1]),
+        )
         out = []
-        for job, stamp in zip(jobs, stamps, strict=True):
-            reason = job.failedReason or ""
+        for finished, job_id, (data, failed_reason, started, _, stamp) in jobs:
+            reason = failed_reason or ""
             lapsed = any(reason.startswith(mark) for mark in _LAPSE_MARKS)
-            data = job.data if isinstance(job.data, dict) else {}
+            try:
+                message_id, body = read_job(job_id, data)
+            except Unreadable:
+                message_id, body = raw_data(job_id, data)
             out.append(
                 {
-                    "message_id": data.get("message_id", message_id_of(job.id)),
-                    "body": job_body(data),
-                    "delivery_count": job.attemptsStarted - (1 if lapsed else 0),
+                    "message_id": message_id,
+                    "body": body,
+                    "delivery_count": _stamp(started) - (1 if lapsed else 0),
                     "reason": reason,
-                    "dead_at_ms": int(stamp or job.finishedOn or 0),
+                    "dead_at_ms": _stamp(stamp) or finished,
                 }
             )
         return out

@@ -63,6 +63,7 @@ from aiormq.abc import ChannelFrame
 from aiormq.exceptions import AMQPError, ChannelInvalidStateError, DeliveryError, PublishError
 from pamqp.commands import Basic
 
+from accord.adapters._store_rules import int_option, prefix_option
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import (
     QueueOptions,
@@ -195,8 +196,8 @@ class RabbitmqTransport(TransportBase):
         return cls(
             bare,
             options,
-            confirm_ms=int(own.get("confirm_ms", 5000)),
-            prefix=own.get("prefix", ""),
+            confirm_ms=int_option(own, "confirm_ms", 5000),
+            prefix=prefix_option(own, "", empty=True),
             clock=clock,
         )
 

@@ -8,18 +8,31 @@ which re-exports these functions.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from accord.contracts.dsl.lint import lint_sources, parse_sources, parse_text
 from accord.contracts.model import Contract
+from accord.contracts.yamlsource import MAX_BYTES
 from accord.errors import ContractLintError, Diagnostic, Location
 
 __all__ = ["lint_paths", "load_directory", "load_file", "read_sources"]
 
 
 def _read(path: Path) -> str:
+    """The UTF-8 text of ``path`` with universal newlines (as ``read_text`` gives it); a file
+    over :data:`MAX_BYTES` is refused without being read past the limit."""
     try:
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_BYTES + 1)
+            if len(data) > MAX_BYTES:
+                size = max(os.fstat(f.fileno()).st_size, len(data))
+                message = f"the source is {size:,} bytes, over the limit of {MAX_BYTES:,} (1 MiB)"
+                raise ContractLintError(
+                    [Diagnostic("yaml-too-large", message, Location(str(path), 1, 1))]
+                )
+        text = data.decode("utf-8")
+        return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
     except UnicodeDecodeError as exc:
         raise ContractLintError(
             [Diagnostic("source-encoding", f"not UTF-8 text: {exc.reason}", Location(str(path)))]

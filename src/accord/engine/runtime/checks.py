@@ -38,6 +38,8 @@ ResultHook = Callable[[ResultCheck], Sequence[str]]
 class MessageCatalog(Protocol):
     def message(self, ref: str) -> MessageContract | None: ...
 
+    def messages(self) -> list[MessageContract]: ...
+
 
 def contract_result_check(catalog: MessageCatalog) -> ResultHook:
     """Validate a task stage's result against the result contract its capability pins."""

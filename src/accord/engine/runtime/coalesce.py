@@ -8,6 +8,11 @@ once so that deliveries already scheduled can join, then hands everything queued
 ``run_batch`` (which applies the events in arrival order and commits once), and repeats while
 more arrived during the commit. Every delivery gets its own result (or the batch's exception).
 
+**One member never sinks the others.** ``run_batch`` may answer a member with :class:`Failed`
+instead of its result: that member's waiter gets the error and the others their results (the
+engine answers so when a coalesced commit cannot be stored and it commits the members one by one,
+so the good ones land and only the bad one fails).
+
 Nothing changes for a delivery that is alone: it is a batch of one. Order is kept: a run's
 events are applied in the order their deliveries reached the engine, as with per-run locks.
 Events that must commit alone (a fired timer names the timer its commit removes) are submitted
@@ -27,14 +32,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-__all__ = ["Mailboxes"]
+__all__ = ["Failed", "Mailboxes"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """A batch member's answer when it alone failed: its waiter is given ``error``."""
+
+    error: Exception
+
+
+def _unwrap(result: R | Failed) -> R:
+    if isinstance(result, Failed):
+        raise result.error
+    return result
 
 
 class _Box(list[tuple[T, "asyncio.Future[R]"]]):
@@ -74,7 +93,7 @@ class Mailboxes(Generic[T, R]):
         self,
         key: str,
         item: T,
-        run_batch: Callable[[list[T]], Awaitable[list[R]]],
+        run_batch: Callable[[list[T]], Awaitable[Sequence[R | Failed]]],
         *,
         alone: bool = False,
     ) -> R:
@@ -86,7 +105,7 @@ class Mailboxes(Generic[T, R]):
             return await waiter
         async with self._lock(key):
             if alone:
-                return (await run_batch([item]))[0]
+                return _unwrap((await run_batch([item]))[0])
             box = self._boxes[key] = _Box()
             try:
                 await asyncio.sleep(0)  # deliveries already scheduled for this run join now
@@ -95,7 +114,7 @@ class Mailboxes(Generic[T, R]):
                 while box:  # arrived during the commit: the next batch
                     with contextlib.suppress(Exception):  # its waiters have the error
                         await self._settle(run_batch, _take(box))
-                return mine
+                return _unwrap(mine)
             finally:
                 del self._boxes[key]
                 for _, waiter in box:  # only left when the leader itself was cancelled
@@ -126,9 +145,9 @@ class Mailboxes(Generic[T, R]):
 
     async def _settle(
         self,
-        run_batch: Callable[[list[T]], Awaitable[list[R]]],
+        run_batch: Callable[[list[T]], Awaitable[Sequence[R | Failed]]],
         entries: list[tuple[T, asyncio.Future[R] | None]],
-    ) -> list[R]:
+    ) -> Sequence[R | Failed]:
         """Run one batch and answer its waiters (``None``: the leader, who reads the returned
         results); an error reaches every waiter and is raised."""
         self.batches += 1
@@ -144,7 +163,10 @@ class Mailboxes(Generic[T, R]):
             raise
         for (_, waiter), result in zip(entries, results, strict=True):
             if waiter is not None and not waiter.done():
-                waiter.set_result(result)
+                if isinstance(result, Failed):
+                    waiter.set_exception(result.error)
+                else:
+                    waiter.set_result(result)
         return results
 
 

@@ -25,7 +25,18 @@ in the order listed). The batch is acknowledged once every member is committed o
 member that cannot be committed leaves the whole batch unacknowledged, and its redelivery makes
 the members already committed duplicates, which the machine records without a second release.
 A malformed member is quarantined on its own (its id, or the batch's with ``#<index>``) and the
-others go on. The batch's id is derived from its members' ids (:func:`encode_batch`).
+others go on; so is a member the engine refuses (:class:`RefusedOutcome`). A member's record names
+the delivery it came in and its index, and its id carries a digest of both (and the receipt), so
+two deliveries whose bad members share a ``messageId`` are two records. The batch's id is derived
+from its members' ids (:func:`encode_batch`).
+
+**Refused outcomes.** ``deliver`` raises :class:`RefusedOutcome` for an outcome the engine will not
+take: one naming another tenant than its run's (whatever its fence), one that cannot be stored,
+one refused past the per-attempt bound of recorded refusals. It is quarantined alone, never
+nacked: what can never commit must not spend its delivery budget and be dead-lettered, and must
+not take the outcomes that shared its commit with it. The envelope's fields are checked before any
+of this (:func:`~accord.engine.runtime.wire.outcome_event`: ids, finite numbers, text encodable as
+UTF-8, sizes).
 
 **The store unavailable.** A delivery whose commit meets a retryable
 :class:`~accord.errors.StoreError` is held and processed again in place for up to 10 s
@@ -40,11 +51,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from accord.contracts.model import MessageContract
 from accord.engine.machine.events import Event
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.holding import Hold
@@ -52,6 +65,7 @@ from accord.engine.runtime.wire import (
     BATCH_TYPE,
     MAX_OUTCOME_BYTES,
     MESSAGE_ID,
+    TENANT,
     MalformedOutcome,
     encode_batch,
     outcome_event,
@@ -68,6 +82,7 @@ __all__ = [
     "OUTCOMES_QUEUE",
     "Intake",
     "MalformedOutcome",
+    "RefusedOutcome",
     "encode_batch",
     "outcome_event",
     "parse_delivery",
@@ -79,17 +94,33 @@ OUTCOMES_QUEUE = "accord.outcomes"
 log = logging.getLogger("accord.engine.runtime.intake")
 
 
+class RefusedOutcome(Exception):
+    """The engine will not take this outcome (it names another tenant than its run, or it cannot
+    be stored); ``str()`` is the reason it is quarantined with. Raised by ``deliver``."""
+
+
+def _tenant(doc: Any) -> str:
+    """The tenant an outcome names (``""``: none, as from workers that do not send one)."""
+    tenant = doc.get(TENANT, "") if isinstance(doc, dict) else ""
+    return tenant if isinstance(tenant, str) else ""
+
+
 def _text(doc: Any) -> bytes:
     """A batch member as quarantined: any decoded JSON (``canonical_json`` refuses NaN, which
     ``json.loads`` lets through, and a record must never fail to be written)."""
-    return json.dumps(doc, ensure_ascii=False).encode()
+    return json.dumps(doc, ensure_ascii=False).encode("utf-8", "backslashreplace")
+
+
+def _safe(text: str, limit: int = 512) -> str:
+    """Text a record can always hold: a lone surrogate written as its escape, cut to ``limit``."""
+    return text[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class Intake:
     def __init__(
         self,
         transport: Transport,
-        deliver: Callable[[Event, Delivery | None], Awaitable[bool | None]],
+        deliver: Callable[[Event, Delivery | None, str], Awaitable[bool | None]],
         *,
         queue: str = OUTCOMES_QUEUE,
         hold: Hold | None = None,
@@ -97,6 +128,7 @@ class Intake:
         self._transport, self._deliver, self.queue = transport, deliver, queue
         self._hold = hold or Hold()
         self.quarantined: list[dict[str, Any]] = []
+        self.contracts: Sequence[MessageContract] = ()  # whose sensitive fields records mask
         self.processed = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -121,9 +153,13 @@ class Intake:
             )
             await self._transport.ack(delivery)
             return list(events)
-        event = members[0][1]
+        doc, event = members[0]
         assert not isinstance(event, MalformedOutcome)  # a lone outcome that is not one raises
-        taken = await self._deliver(event, delivery)
+        try:
+            taken = await self._deliver(event, delivery, _tenant(doc))
+        except RefusedOutcome as exc:
+            await self._quarantine(delivery, str(exc))
+            return [None]
         if taken is None:
             await self._quarantine(delivery, f"no run {event.run_id!r}")
             return [None]
@@ -140,11 +176,16 @@ class Intake:
         if isinstance(got, MalformedOutcome):
             ident = doc.get(MESSAGE_ID) if isinstance(doc, dict) else None
             name = ident if isinstance(ident, str) and ident else f"{delivery.message_id}#{index}"
-            await self._record(delivery, name, str(got), _text(doc))
+            await self._record(delivery, name, str(got), _text(doc), index)
             return None
-        if await self._deliver(got, None) is None:
+        try:
+            taken = await self._deliver(got, None, _tenant(doc))
+        except RefusedOutcome as exc:  # judged on its own: the other members go on
+            await self._record(delivery, str(doc[MESSAGE_ID]), str(exc), _text(doc), index)
+            return None
+        if taken is None:
             why = f"no run {got.run_id!r}"
-            await self._record(delivery, str(doc[MESSAGE_ID]), why, _text(doc))
+            await self._record(delivery, str(doc[MESSAGE_ID]), why, _text(doc), index)
             return None
         self.processed += 1
         return got
@@ -153,11 +194,25 @@ class Intake:
         await self._record(delivery, delivery.message_id, reason, delivery.body)
         await self._transport.ack(delivery)
 
-    async def _record(self, delivery: Delivery, message_id: str, reason: str, body: bytes) -> None:
-        """Keep what intake could not take on ``<queue>.quarantine``, with its reason."""
-        record = quarantine_record(delivery.queue, message_id, reason, body)
+    async def _record(
+        self, delivery: Delivery, message_id: str, reason: str, body: bytes, index: int = -1
+    ) -> None:
+        """Keep what intake could not take on ``<queue>.quarantine``, with its reason.
+
+        A batch member's record names the delivery it came in and its place there, and so does
+        its id (a digest of the delivery's id, receipt and the member's index): two deliveries
+        whose bad members share a ``messageId`` are two records, never one deduplicated away by
+        the queue. A whole delivery's record is ``quarantine:<its message id>``."""
+        message_id, reason = _safe(message_id), _safe(reason, 4096)
+        record = quarantine_record(delivery.queue, message_id, reason, body, self.contracts)
+        qid, text = quarantine_message(record)
+        if index >= 0:
+            record["delivery"], record["member"] = _safe(delivery.message_id), index
+            seen = "\0".join((delivery.queue, delivery.message_id, delivery.receipt, str(index)))
+            where = hashlib.sha256(seen.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+            qid, text = f"{qid}@{where}", quarantine_message(record)[1]
         log.warning("quarantined outcome %s: %s", message_id, reason)
-        await self._transport.publish(quarantine_queue(self.queue), *quarantine_message(record))
+        await self._transport.publish(quarantine_queue(self.queue), qid, text)
         self.quarantined.append(record)
 
     async def run(self, stop: Callable[[], bool], prefetch: int = 64) -> None:

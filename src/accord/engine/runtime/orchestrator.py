@@ -17,6 +17,11 @@ applied in that order and committed together, once (:mod:`accord.engine.runtime.
 other deliveries are in flight, news of an attempt (``accepted``, a heartbeat, progress) waits up to
 ``accept_linger_ms`` (5 ms) for its run's next event to share the commit.
 
+Nothing poisons a commit: a coalesced commit that cannot be stored is made again one member at
+a time, and only the member that cannot be stored is refused (intake quarantines it). Refused
+callbacks are recorded at most :data:`REFUSALS_RECORDED` times per attempt (:class:`RefusalBook`).
+:meth:`start_run` refuses an unsafe tenant and a context its plan's contract rejects.
+
 The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
 outcome intake, telemetry, and the reconciler. :meth:`stop` stops intake and timers first,
 waits for in-flight deliveries and actions, flushes, and closes the ports it owns. The engine
@@ -27,20 +32,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from accord.contracts.validate import Validator
 from accord.engine import machine
 from accord.engine.machine.effects import Effect
 from accord.engine.machine.events import (
     CancelRequested,
     Event,
     HeartbeatReceived,
+    PoisonReported,
     ProgressReported,
     RedriveRequested,
     RunStarted,
     StageAccepted,
+    StageFailed,
     StageSucceeded,
     TimerFired,
 )
@@ -58,11 +68,11 @@ from accord.engine.ports import (
 )
 from accord.engine.runtime.actions import ActionExecutor, ActionHandler, ActionRegistry
 from accord.engine.runtime.capabilities import Capabilities
-from accord.engine.runtime.checks import ResultHook, run_result_checks
-from accord.engine.runtime.coalesce import Mailboxes
+from accord.engine.runtime.checks import MessageCatalog, ResultHook, run_result_checks
+from accord.engine.runtime.coalesce import Failed, Mailboxes
 from accord.engine.runtime.dispatcher import Dispatcher
 from accord.engine.runtime.holding import HOLD_MS, Hold
-from accord.engine.runtime.intake import OUTCOMES_QUEUE, Intake
+from accord.engine.runtime.intake import OUTCOMES_QUEUE, Intake, RefusedOutcome
 from accord.engine.runtime.joint import durable, split_outbox
 from accord.engine.runtime.lifecycle import Loops
 from accord.engine.runtime.outbox import build_commit, changed_index, without_telemetry
@@ -71,7 +81,15 @@ from accord.engine.runtime.reconciler import Reconciler, ReconcileReport
 from accord.engine.runtime.runcache import RunCache
 from accord.engine.runtime.stamping import stamp
 from accord.engine.runtime.timers import TimerService
-from accord.errors import ConflictError, Diagnostic, EngineError
+from accord.engine.runtime.wire import MalformedOutcome, check_storable
+from accord.errors import (
+    ConflictError,
+    Diagnostic,
+    EngineError,
+    FieldViolation,
+    StoreError,
+    ValidationError,
+)
 from accord.workflow.plan import Plan
 
 __all__ = ["Delivered", "Engine", "EngineOptions", "Observer"]
@@ -88,11 +106,82 @@ class Delivered:
     run: RunState | None
     effects: tuple[Effect, ...]
     history: tuple[HistoryEntry, ...]
+    unrecorded: str = ""  # a refusal past the per-attempt limit: why, and nothing was recorded
 
 
 Observer = Callable[[Delivered], None]  # told of every committed transition, in commit order
 _Item = tuple[Event, tuple[Delivery, ...]]  # an event and the deliveries its commit may settle
 _NEWS = (StageAccepted, HeartbeatReceived, ProgressReported)
+_CALLBACKS = (
+    StageAccepted,
+    HeartbeatReceived,
+    ProgressReported,
+    StageSucceeded,
+    StageFailed,
+    PoisonReported,
+)
+_CALLBACK_KINDS = frozenset(c.kind for c in _CALLBACKS)
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a tenant, in full
+REFUSALS_RECORDED = 20  # refused callbacks recorded per attempt; the rest are counted
+
+
+class RefusalBook:
+    """How many refused callbacks each attempt has in its run's history, so that at most
+    ``limit`` are recorded per attempt (forged stale outcomes cannot grow a history without
+    bound). The count is read from the stored history the first time a run's refusal is seen,
+    then kept; a refusal past the limit is not recorded and changes nothing (a refusal changes
+    nothing but ``seq`` anyway), so the history still replays to the record exactly (I12).
+    ``unrecorded`` counts those, and intake quarantines them, so nothing is lost."""
+
+    def __init__(self, store: Store, limit: int = REFUSALS_RECORDED, runs: int = 4096) -> None:
+        self._store, self.limit, self._runs = store, limit, runs
+        self._counts: dict[str, dict[tuple[str, int], int]] = {}
+        self.unrecorded = 0
+
+    @staticmethod
+    def _key(run: RunState, stage: str) -> tuple[str, int]:
+        st = run.stages.get(stage)
+        return ("", 0) if st is None else (stage, st.attempt)
+
+    async def admit(self, run: RunState, stage: str) -> bool:
+        """Whether one more refusal for ``stage``'s current attempt is recorded (counted so)."""
+        counts = self._counts.get(run.run_id)
+        if counts is None:
+            counts = await self._seed(run)
+        key = self._key(run, stage)
+        seen = counts.get(key, 0)
+        if seen >= self.limit:
+            self.unrecorded += 1
+            return False
+        counts[key] = seen + 1
+        return True
+
+    def forget(self, run_id: str) -> None:
+        """The commit that counted did not land: count again from the history next time."""
+        self._counts.pop(run_id, None)
+
+    async def _seed(self, run: RunState) -> dict[tuple[str, int], int]:
+        if len(self._counts) >= self._runs:
+            self._counts.clear()
+        counts: dict[tuple[str, int], int] = {}
+        for doc in await self._store.history(run.run_id):
+            event, seq = doc.get("event"), doc.get("seq")
+            if doc.get("accepted") or not isinstance(event, dict) or not isinstance(seq, int):
+                continue
+            if event.get("kind") not in _CALLBACK_KINDS:
+                continue
+            stage = str(event.get("stage", ""))
+            st = run.stages.get(stage)
+            if st is not None and st.current is not None and seq <= st.current.caused_by:
+                continue  # refused before the current attempt was dispatched
+            key = self._key(run, stage)
+            counts[key] = counts.get(key, 0) + 1
+        self._counts[run.run_id] = counts
+        return counts
+
+
+class _Unstorable(Exception):
+    """A commit canonical JSON cannot encode (its ``__cause__`` says why)."""
 
 
 def _may_wait(item: _Item) -> bool:
@@ -139,6 +228,7 @@ class Engine:
         result_checks: Sequence[ResultHook] = (),
         observers: Sequence[Observer] = (),
         owns_ports: bool = False,
+        catalog: MessageCatalog | None = None,
     ) -> None:
         opts = self.options = options or EngineOptions()
         self.store, self.transport, self.clock = store, transport, clock
@@ -177,6 +267,11 @@ class Engine:
             transport, self._deliver_outcome, queue=opts.outcomes_queue, hold=self.hold
         )
         self.result_checks = list(result_checks)
+        # where a plan's context contract is looked up (start_run validates the context with it)
+        self.catalog = catalog
+        if catalog is not None:  # quarantine records mask what these contracts mark sensitive
+            self.intake.contracts = catalog.messages()
+        self.refusals = RefusalBook(store)
         self.reconciler = Reconciler(
             store, transport, clock, self.deliver, dispatcher=self.dispatcher, runs=self.runs,
             plans=self.plan, lease_ms=opts.lease_ms,
@@ -210,8 +305,14 @@ class Engine:
         tenant: str = "default",
         run_id: str | None = None,
     ) -> str:
-        """Start a run of ``workflow`` (a name, using its active plan, or a plan digest)."""
+        """Start a run of ``workflow`` (a name, using its active plan, or a plan digest).
+
+        Refused with :class:`~accord.errors.ValidationError`, creating nothing, when ``tenant``
+        is not a safe id (:data:`TENANT_PATTERN`) or ``context`` is not a JSON object canonical
+        JSON can store that satisfies the plan's context contract (looked up in ``catalog``; a
+        plan that names one the catalog lacks is refused too)."""
         plan = await self.plans.resolve(workflow)
+        self._check_start(plan, tenant, context)
         rid = run_id or f"run_{secrets.token_hex(12)}"
         await self.deliver(
             RunStarted(
@@ -224,6 +325,29 @@ class Engine:
             )
         )
         return rid
+
+    def _check_start(self, plan: Plan, tenant: Any, context: Any) -> None:
+        where = f"start of {plan.name}"
+        if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
+            why = f"tenant {tenant!r} must match {TENANT_PATTERN.pattern}"
+            raise ValidationError(where, [FieldViolation("tenant", why)])
+        if context is not None and not isinstance(context, Mapping):
+            raise ValidationError(where, [FieldViolation("context", "must be a JSON object")])
+        doc = dict(context or {})
+        try:
+            check_storable(doc, "context")
+        except MalformedOutcome as exc:
+            raise ValidationError(where, [FieldViolation("context", str(exc))]) from None
+        ref = plan.context_contract
+        if ref is None or self.catalog is None:
+            return
+        contract = self.catalog.message(ref)
+        if contract is None:
+            why = f"context contract {ref} is not in the catalog"
+            raise ValidationError(where, [FieldViolation("context", why)])
+        result = Validator.for_contract(contract).validate(doc)
+        if not result.ok:
+            raise ValidationError(f"{where}: context contract {ref}", result.violations)
 
     async def cancel(self, run_id: str, reason: str = "", by: str = "operator") -> Delivered:
         return await self.deliver(CancelRequested(run_id=run_id, reason=reason, by=by))
@@ -252,9 +376,29 @@ class Engine:
             if self._inflight == 0:
                 self._idle.set()
 
-    async def _deliver_batch(self, items: list[_Item]) -> list[tuple[Delivered, bool]]:
+    async def _deliver_batch(self, items: list[_Item]) -> list[tuple[Delivered, bool] | Failed]:
         """Apply one run's events in order and commit them once (see :mod:`.coalesce`); each
-        item's delivery and whether the commit also acknowledged its ``acked`` (joint commits)."""
+        item's delivery and whether the commit also acknowledged its ``acked`` (joint commits).
+
+        A commit that cannot be stored (canonical JSON refuses something an event carried) never
+        sinks the events that shared it: they are committed one by one, and only the one that
+        cannot be stored fails, with :class:`RefusedOutcome` (intake quarantines it)."""
+        try:
+            return list(await self._commit_batch(items))
+        except _Unstorable as exc:
+            if len(items) == 1:
+                raise RefusedOutcome(f"cannot be stored: {exc.__cause__}") from exc.__cause__
+        log.warning("run %s: a coalesced commit cannot be stored; committing one by one",
+                    items[0][0].run_id)  # fmt: skip
+        out: list[tuple[Delivered, bool] | Failed] = []
+        for item in items:
+            try:
+                out.extend(await self._deliver_batch([item]))
+            except RefusedOutcome as refused:
+                out.append(Failed(refused))
+        return out
+
+    async def _commit_batch(self, items: list[_Item]) -> list[tuple[Delivered, bool]]:
         run_id = items[0][0].run_id
         fired = items[0][0].timer_id if isinstance(items[0][0], TimerFired) else None
         for attempt in range(self._retries):
@@ -264,6 +408,7 @@ class Engine:
                 version, run = await self._current(run_id, fresh=attempt > 0)
             current = run
             applied: list[tuple[RunState | None, tuple[Effect, ...], tuple[HistoryEntry, ...]]] = []
+            unrecorded: dict[int, str] = {}  # refusals past the per-attempt limit
             for item_event, _ in items:
                 event = item_event
                 digest = current.plan_digest if current else getattr(event, "plan_digest", "")
@@ -274,20 +419,39 @@ class Engine:
                 if current is not None and self.result_checks and isinstance(event, StageSucceeded):
                     event = run_result_checks(self.result_checks, plan, current, event)
                 t = machine.apply(plan, current, event)
+                if (
+                    current is not None
+                    and isinstance(event, _CALLBACKS)
+                    and not t.history[0].accepted
+                    and not await self.refusals.admit(current, event.stage)
+                ):
+                    entry = t.history[0]
+                    unrecorded[len(applied)] = (
+                        f"refused ({entry.reason}: {entry.note}) past the "
+                        f"{self.refusals.limit} refusals recorded for this attempt of "
+                        f"stage {event.stage!r}"
+                    )
+                    applied.append((None, (), ()))
+                    continue
                 current = t.run if t.run is not None else current
                 applied.append((t.run, tuple(t.effects), tuple(t.history)))
             effects = [e for _, done, _ in applied for e in done]
             history = [h for _, _, hist in applied for h in hist]
             if current is None or (not history and not effects and fired is None):
                 return [
-                    (Delivered(run_id, version, after or run, done, hist), False)
-                    for after, done, hist in applied
-                ]
+                    (Delivered(run_id, version, after or run, done, hist, unrecorded.get(i, "")),
+                     False)
+                    for i, (after, done, hist) in enumerate(applied)
+                ]  # fmt: skip
             new = current
+            try:
+                state = new.encoded()
+            except (ValueError, TypeError) as exc:  # NaN, a lone surrogate: never storable
+                raise _Unstorable from exc
             commit = build_commit(
                 run_id,
                 expected_version=version,
-                state=new.encoded(),
+                state=state,
                 history=[h.to_json() for h in history],
                 effects=effects,
                 now_ms=self.clock.now_ms(),
@@ -302,7 +466,12 @@ class Engine:
                 if self._joint is None:
                     new_version = await self.store.commit(commit)
                 else:  # the store shares the queue's database: see accord.engine.runtime.joint
-                    acked = [d for _, item_acked in items for d in item_acked]
+                    acked = [  # an unrecorded refusal is quarantined, and acknowledged, by intake
+                        d
+                        for i, (_, item_acked) in enumerate(items)
+                        if i not in unrecorded
+                        for d in item_acked
+                    ]
                     commit, messages = split_outbox(commit)
                     new_version = await self._joint.commit(
                         commit, messages, acked,
@@ -311,7 +480,19 @@ class Engine:
             except ConflictError:
                 self.conflicts += 1
                 self.runs.forget(run_id)
+                self.refusals.forget(run_id)
                 continue
+            except (ValueError, TypeError) as exc:  # the store could not encode the history
+                self.refusals.forget(run_id)
+                raise _Unstorable from exc
+            except StoreError as exc:  # the store's own rules refused to encode it
+                self.refusals.forget(run_id)
+                if exc.retryable or not isinstance(exc.__cause__, ValueError | TypeError):
+                    raise
+                raise _Unstorable from exc.__cause__
+            except BaseException:
+                self.refusals.forget(run_id)
+                raise
             self.commits += 1
             self.transitions += sum(1 for _, done, hist in applied if done or hist)
             self.runs.remember(run_id, new_version, new)
@@ -319,11 +500,15 @@ class Engine:
                 await self.dispatcher.dispatch(commit.outbox, inline=len(messages))
             out = []
             joint = self._joint is not None
-            for (_, item_acked), (after, done, hist) in zip(items, applied, strict=True):
-                delivered = Delivered(run_id, new_version, after or new, done, hist)
+            for i, ((_, item_acked), (after, done, hist)) in enumerate(
+                zip(items, applied, strict=True)
+            ):
+                delivered = Delivered(
+                    run_id, new_version, after or new, done, hist, unrecorded.get(i, "")
+                )
                 for observe in self.observers:
                     observe(delivered)
-                out.append((delivered, joint and bool(item_acked)))
+                out.append((delivered, joint and bool(item_acked) and i not in unrecorded))
             return out
         raise EngineError(f"run {run_id}: gave up after {self._retries} conflicting commits")
 
@@ -338,11 +523,25 @@ class Engine:
         self.runs.remember(run_id, stored.version, run)
         return stored.version, run
 
-    async def _deliver_outcome(self, event: Event, delivery: Delivery | None) -> bool | None:
+    async def _deliver_outcome(
+        self, event: Event, delivery: Delivery | None, tenant: str = ""
+    ) -> bool | None:
         """For intake: ``None`` if no run took it, else whether the commit acknowledged
-        ``delivery`` (never when there is none to settle: a batch member's)."""
+        ``delivery`` (never when there is none to settle: a batch member's). An outcome naming
+        another tenant than its run's is refused (:class:`RefusedOutcome`) before the machine
+        sees it, whatever its fence: it never changes the run. A run never changes tenant, so
+        the cached record answers."""
+        if tenant:
+            _, run = await self._current(event.run_id, fresh=False)
+            if run is not None and run.tenant != tenant:
+                raise RefusedOutcome(
+                    f"outcome names tenant {tenant!r} but run {event.run_id!r} belongs to "
+                    f"tenant {run.tenant!r}"
+                )
         joint = (delivery,) if self._joint is not None and delivery is not None else ()
         done, acked = await self._deliver(event, joint)
+        if done.unrecorded:  # kept on the quarantine queue instead of the run's history
+            raise RefusedOutcome(done.unrecorded)
         return None if done.run is None else acked
 
     async def _idle_wait(self) -> None:

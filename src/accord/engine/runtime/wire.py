@@ -28,10 +28,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+import math
+import re
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import accumulate
 from typing import Any
 
 from accord.canonical import canonical_json
+from accord.contracts.model import MessageContract
+from accord.contracts.redact import redact_quarantine_record
 from accord.engine.machine.events import (
     Event,
     HeartbeatReceived,
@@ -45,6 +51,7 @@ __all__ = [
     "ATTEMPT",
     "BATCH_TYPE",
     "FENCE",
+    "MAX_JSON_DEPTH",
     "MAX_OUTCOME_BYTES",
     "MESSAGE_ID",
     "MESSAGE_TYPE",
@@ -55,6 +62,8 @@ __all__ = [
     "TENANT",
     "WORKER_ID",
     "MalformedOutcome",
+    "UndecodableJson",
+    "decode_json",
     "encode_batch",
     "encode_outcome",
     "outcome_event",
@@ -82,12 +91,49 @@ OUTCOMES = "outcomes"  # a batch's members
 
 BATCH_TYPE = "batch"
 MAX_OUTCOME_BYTES = 1_048_576  # one outcome, and one batch of them
-QUARANTINE_BODY_CHARS = 65_536
+QUARANTINE_BODY_CHARS = 4_096  # a record says what came, it is no archive of payloads
 _BATCH_HEAD = f'{{"{MESSAGE_TYPE}":"{BATCH_TYPE}","{OUTCOMES}":['.encode()
+
+
+MAX_JSON_DEPTH = 256  # nesting a delivery's JSON may have: well below Python's recursion limit
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_NESTING = bytes(b for b in range(256) if b not in b"[]{}")
+_NESTING_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as signed bytes
 
 
 class MalformedOutcome(ValueError):
     """The delivery is not an outcome envelope; ``str()`` is the reason recorded."""
+
+
+def _deeper(raw: bytes, max_depth: int) -> bool:
+    """Whether ``raw`` nests brackets deeper than ``max_depth`` outside its strings (the running
+    sum of +1 per opening and -1 per closing bracket, all in C)."""
+    steps = array("b", _JSON_STRING.sub(b"", raw).translate(_NESTING_STEP, _NOT_NESTING))
+    return max(accumulate(steps), default=0) > max_depth
+
+
+class UndecodableJson(ValueError):
+    """A delivery's body is not JSON a reader can take: not UTF-8, not JSON, larger than its
+    bound or nested deeper than :data:`MAX_JSON_DEPTH`. ``str()`` is the quarantine reason."""
+
+
+def decode_json(
+    body: bytes | str, *, max_bytes: int | None = None, max_depth: int = MAX_JSON_DEPTH
+) -> Any:
+    """The JSON value of a delivery's body, bounded in size and in nesting depth (checked before
+    decoding, so no body makes the decoder recurse without end); raises
+    :class:`UndecodableJson` with the reason. Every reader of a delivery decodes with this."""
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else bytes(body)
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise UndecodableJson(f"{len(raw)} bytes exceed the limit of {max_bytes}")
+    if raw.count(b"[") + raw.count(b"{") > max_depth and _deeper(raw, max_depth):
+        raise UndecodableJson(f"not JSON: nested deeper than {max_depth} levels")
+    try:
+        return json.loads(raw)
+    except RecursionError:  # not reached after the check above; never escapes as a crash
+        raise UndecodableJson(f"not JSON: nested deeper than {max_depth} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UndecodableJson(f"not JSON: {exc}") from None
 
 
 # -- building ---------------------------------------------------------------------------------
@@ -151,13 +197,67 @@ def _field(doc: Mapping[str, Any], key: str, kind: type) -> Any:
     return value
 
 
+# -- validation: nothing that reaches the machine may fail to be stored ------------------------
+
+MAX_ID_CHARS = 512  # message, run, stage, worker ids, fences and tenants
+MAX_TEXT_CHARS = 16_384  # a failure's code and message, a progress note
+MAX_ATTEMPT = 2**31 - 1
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _storable_text(value: str, where: str, limit: int) -> str:
+    """``value`` if it can be stored: within ``limit`` characters and encodable as UTF-8 (a lone
+    surrogate such as ``"\\ud800"``, which ``json.loads`` lets through, is not)."""
+    if len(value) > limit:
+        raise MalformedOutcome(f"field {where!r} is longer than {limit} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MalformedOutcome(f"field {where!r} is not valid UTF-8 (a lone surrogate)") from None
+    return value
+
+
+def _ident(value: str, where: str) -> str:
+    """An id: storable text of at most :data:`MAX_ID_CHARS`, without control characters."""
+    _storable_text(value, where, MAX_ID_CHARS)
+    if _CONTROL.search(value):
+        raise MalformedOutcome(f"field {where!r} holds a control character")
+    return value
+
+
+def check_storable(value: Any, where: str) -> None:
+    """Raise :class:`MalformedOutcome` naming the first part of ``value`` that canonical JSON
+    cannot store: NaN or an infinity, a string or key that is not valid UTF-8, a non-string key,
+    a value JSON has no type for. Walks iteratively, so deep nesting cannot exhaust the stack."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if item is None or isinstance(item, bool | int):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise MalformedOutcome(f"field {at!r} is {item!r}: numbers must be finite")
+        elif isinstance(item, str):
+            _storable_text(item, at, MAX_OUTCOME_BYTES)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    raise MalformedOutcome(f"field {at!r} has a key that is not a string")
+                _storable_text(key, f"{at}.<key>", MAX_OUTCOME_BYTES)
+                stack.append((sub, f"{at}.{key}"))
+        elif isinstance(item, list | tuple):
+            stack.extend((sub, f"{at}[{i}]") for i, sub in enumerate(item))
+        else:
+            raise MalformedOutcome(f"field {at!r} is not JSON ({type(item).__name__})")
+
+
 def _decode(body: bytes) -> Any:
     if len(body) > MAX_OUTCOME_BYTES:
         raise MalformedOutcome(f"outcome of {len(body)} bytes exceeds {MAX_OUTCOME_BYTES}")
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedOutcome(f"not JSON: {exc}") from None
+        return decode_json(body)
+    except UndecodableJson as exc:
+        raise MalformedOutcome(str(exc)) from None
 
 
 def parse_outcome(body: bytes) -> tuple[Event, dict[str, Any]]:
@@ -193,30 +293,42 @@ def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
         raise MalformedOutcome("outcome must be a JSON object")
     kind = _field(doc, MESSAGE_TYPE, str)
     ident: dict[str, Any] = {
-        "run_id": _field(doc, RUN_ID, str),
-        "stage": _field(doc, STAGE, str),
+        "run_id": _ident(_field(doc, RUN_ID, str), RUN_ID),
+        "stage": _ident(_field(doc, STAGE, str), STAGE),
         "attempt": _field(doc, ATTEMPT, int),
-        "message_id": _field(doc, MESSAGE_ID, str),
+        "message_id": _ident(_field(doc, MESSAGE_ID, str), MESSAGE_ID),
     }
+    if not 0 <= ident["attempt"] <= MAX_ATTEMPT:
+        raise MalformedOutcome(f"field {ATTEMPT!r} must be between 0 and {MAX_ATTEMPT}")
     fence = doc.get(FENCE)
     if not isinstance(fence, str | int) or isinstance(fence, bool):
         raise MalformedOutcome(f"field {FENCE!r} must be str")
-    ident["fence"] = str(fence)
+    ident["fence"] = _ident(str(fence), FENCE)
+    tenant = doc.get(TENANT, "")
+    if not isinstance(tenant, str):
+        raise MalformedOutcome(f"field {TENANT!r} must be str")
+    _ident(tenant, TENANT)  # checked against the run's by intake (a run never changes tenant)
     payload = doc.get(PAYLOAD, {})
     if not isinstance(payload, dict):
         raise MalformedOutcome(f"field {PAYLOAD!r} must be object")
     event: Event
     if kind == "accepted":
-        event = StageAccepted(**ident, worker_id=str(doc.get(WORKER_ID, "")))
+        worker = _ident(str(doc.get(WORKER_ID, "")), WORKER_ID)
+        event = StageAccepted(**ident, worker_id=worker)
     elif kind == "heartbeat":
         event = HeartbeatReceived(**ident)
     elif kind == "progress":
         percent = payload.get("percent", 0)
         if not isinstance(percent, int | float) or isinstance(percent, bool):
             raise MalformedOutcome(f"field '{PAYLOAD}.percent' must be number")
-        note = str(payload.get("message", ""))
+        if not (isinstance(percent, float) and math.isfinite(percent)) and not (
+            isinstance(percent, int) and abs(percent) <= 2**53
+        ):
+            raise MalformedOutcome(f"field '{PAYLOAD}.percent' must be a finite number")
+        note = _storable_text(str(payload.get("message", "")), "payload.message", MAX_TEXT_CHARS)
         event = ProgressReported(**ident, progress=float(percent) / 100.0, note=note)
     elif kind == "succeeded":
+        check_storable(payload, PAYLOAD)
         event = StageSucceeded(**ident, result=payload)
     elif kind == "failed":
         retryable = payload.get("retryable", False)
@@ -225,8 +337,10 @@ def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
         event = StageFailed(
             **ident,
             retryable=retryable,
-            code=str(payload.get("code", "failed")),
-            message=str(payload.get("message", "")),
+            code=_ident(str(payload.get("code", "failed")), "payload.code"),
+            message=_storable_text(
+                str(payload.get("message", "")), "payload.message", MAX_TEXT_CHARS
+            ),
         )
     else:
         raise MalformedOutcome(f"unknown {MESSAGE_TYPE} {kind!r}")
@@ -241,10 +355,20 @@ def quarantine_queue(queue: str) -> str:
     return f"{queue}.quarantine"
 
 
-def quarantine_record(queue: str, message_id: str, reason: str, body: bytes) -> dict[str, Any]:
-    """The record of a message that could not be taken from ``queue``, with its reason."""
-    text = body.decode("utf-8", errors="replace")[:QUARANTINE_BODY_CHARS]
-    return {"queue": queue, "message_id": message_id, "reason": reason, "body": text}
+def quarantine_record(
+    queue: str,
+    message_id: str,
+    reason: str,
+    body: bytes,
+    contracts: Iterable[MessageContract] = (),
+) -> dict[str, Any]:
+    """The record of a message that could not be taken from ``queue``, with its reason: the body
+    with the fields ``contracts`` mark sensitive masked (named like one where it does not parse),
+    cut to :data:`QUARANTINE_BODY_CHARS`
+    (see :func:`accord.contracts.redact.redact_quarantine_record`)."""
+    text = body.decode("utf-8", errors="replace")
+    record = {"queue": queue, "message_id": message_id, "reason": reason, "body": text}
+    return redact_quarantine_record(record, contracts, limit=QUARANTINE_BODY_CHARS)
 
 
 def quarantine_message(record: Mapping[str, Any]) -> tuple[str, bytes]:
@@ -254,7 +378,7 @@ def quarantine_message(record: Mapping[str, Any]) -> tuple[str, bytes]:
 
 def read_quarantine(body: bytes) -> dict[str, Any]:
     """A published quarantine record, ``message_id`` filled from a legacy ``messageId``."""
-    record = dict(json.loads(body))
+    record = dict(decode_json(body))
     if "message_id" not in record and MESSAGE_ID in record:
         record["message_id"] = record.pop(MESSAGE_ID)
     return record

@@ -36,6 +36,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("the Redis store needs redis-py: pip install 'accord[redis]'") from exc
 
 from accord.adapters._redis_group import ReplicaShortfall
+from accord.adapters._store_rules import prefix_option, redis_db
 from accord.adapters.stores.redis.keys import StoreKeys
 from accord.errors import StoreError
 
@@ -62,6 +63,7 @@ def split_url(url: str) -> StoreUrl:
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss"):
         raise ValueError(f"expected a redis:// or rediss:// URL, got scheme {parts.scheme!r}")
+    redis_db(parts.path)  # a database that is not a number is named here, not by redis-py
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     ours = {k: v for k, v in pairs if k in _OURS}
     rest = [(k, v) for k, v in pairs if k not in _OURS]
@@ -80,7 +82,7 @@ def split_url(url: str) -> StoreUrl:
 
     return StoreUrl(
         urlunsplit(parts._replace(query=urlencode(rest))),
-        ours.get("prefix", DEFAULT_PREFIX),
+        prefix_option(ours, DEFAULT_PREFIX),
         whole("shards", DEFAULT_SHARDS),  # keys.py says which counts are allowed
         whole("replicas", 0, 0),
         whole("replica_wait_ms", DEFAULT_REPLICA_WAIT_MS, 1),
