@@ -26,7 +26,7 @@ from accord.adapters.clock import SystemClock
 from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.ports import Transport
 from accord.engine.runtime.intake import OUTCOMES_QUEUE, encode_batch
-from accord.engine.runtime.orchestrator import Engine, EngineOptions
+from accord.engine.runtime.orchestrator import REFUSALS_RECORDED, Engine, EngineOptions
 from accord.testing.plans import model_ingest_shape
 from accord.testing.workers import outcome
 
@@ -53,12 +53,11 @@ def _forged(job: dict[str, Any], kind: str, message_id: str, **payload: Any) -> 
 
 
 @asynccontextmanager
-async def _embedded(tmp_path: Path, name: str) -> AsyncIterator[tuple[Engine, Transport]]:
-    db = tmp_path / f"{name}.db"
-    engine = open_engine(
-        f"sqlite:///{db}", f"sqlite:///{db}", SystemClock(), options=EngineOptions(poll_ms=10)
-    )
-    worker = open_transport(f"sqlite:///{db}")
+async def _stack(tmp_path: Path, name: str, url: str) -> AsyncIterator[tuple[Engine, Transport]]:
+    """An engine on its own SQLite store over ``url``, and a worker's view of ``url``."""
+    db = f"sqlite:///{tmp_path / f'{name}.db'}"
+    engine = open_engine(db, url or db, SystemClock(), options=EngineOptions(poll_ms=10))
+    worker = open_transport(url or db)
     try:
         yield engine, worker
     finally:
@@ -67,18 +66,18 @@ async def _embedded(tmp_path: Path, name: str) -> AsyncIterator[tuple[Engine, Tr
 
 
 @asynccontextmanager
+async def _embedded(tmp_path: Path, name: str) -> AsyncIterator[tuple[Engine, Transport]]:
+    async with _stack(tmp_path, name, "") as pair:  # the queue in the store's own file
+        yield pair
+
+
+@asynccontextmanager
 async def _bullmq(tmp_path: Path, name: str) -> AsyncIterator[tuple[Engine, Transport]]:
     ensure_redis()
     prefix = f"poison-{name}-{time.monotonic_ns()}"
     url = f"bullmq://127.0.0.1:6379/{REDIS_DB}?prefix={prefix}&stalled_ms=300"
-    db = tmp_path / f"{name}.db"
-    engine = open_engine(f"sqlite:///{db}", url, SystemClock(), options=EngineOptions(poll_ms=10))
-    worker = open_transport(url)
-    try:
-        yield engine, worker
-    finally:
-        await worker.close()
-        await engine.stop()
+    async with _stack(tmp_path, name, url) as pair:
+        yield pair
 
 
 @asynccontextmanager
@@ -87,15 +86,16 @@ async def _rabbitmq(tmp_path: Path, name: str) -> AsyncIterator[tuple[Engine, Tr
 
     ensure_rabbitmq()
     url = f"{BROKER}?prefix=poison{time.monotonic_ns()}."
-    db = tmp_path / f"{name}.db"
-    engine = open_engine(f"sqlite:///{db}", url, SystemClock(), options=EngineOptions(poll_ms=10))
-    worker = open_transport(url)
+    declared: set[str] = set()
     try:
-        yield engine, worker
+        async with _stack(tmp_path, name, url) as (engine, worker):
+            try:
+                yield engine, worker
+            finally:  # what both declared, read before they close
+                declared = {
+                    n for t in (engine.transport, worker) for n in getattr(t, "declared", ())
+                }
     finally:
-        declared = {n for t in (engine.transport, worker) for n in getattr(t, "declared", ())}
-        await worker.close()
-        await engine.stop()
         connection = await aio_pika.connect(BROKER)
         async with connection:
             channel = await connection.channel()
@@ -103,7 +103,6 @@ async def _rabbitmq(tmp_path: Path, name: str) -> AsyncIterator[tuple[Engine, Tr
                 await channel.queue_delete(queue)
 
 
-REFUSALS_RECORDED = 20  # accord.engine.runtime.orchestrator.REFUSALS_RECORDED
 TRANSPORTS = {"embedded": _embedded, "bullmq": _bullmq, "rabbitmq": _rabbitmq}
 
 

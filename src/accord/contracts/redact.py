@@ -102,20 +102,9 @@ def _walk(node: _Obj | _Arr | bool, value: Any) -> Any:
 
 def sensitive_paths(contract: MessageContract) -> list[str]:
     """Schema paths of the sensitive fields (``a.b``, ``views[].secret``), for reports."""
-    out: list[str] = []
-
-    def visit(fields: Mapping[str, FieldSpec], prefix: str) -> None:
-        for name, declared in sorted(fields.items()):
-            spec, path = declared, f"{prefix}.{name}" if prefix else name
-            while spec.type == "array" and spec.items is not None and not spec.sensitive:
-                spec, path = spec.items, path + "[]"
-            if spec.sensitive:
-                out.append(path)
-            elif spec.type == "object" and spec.fields is not None:
-                visit(spec.fields, path)
-
-    visit(contract.payload, "")
-    return out
+    return sorted(
+        ".".join(path).replace("." + _ITEM, _ITEM) for path in field_paths(contract.payload)
+    )
 
 
 # -- path redaction: several contracts' sensitive fields over one document ---------------------
