@@ -39,6 +39,7 @@ The default configuration is at the top of each broker's figures; the others tri
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import gc
 import json
@@ -58,8 +59,12 @@ import redis
 
 from accord.adapters import open_engine
 from accord.adapters.clock import SystemClock
+from accord.cli._redaction import SEALING_KEY_ENV, SEALING_KEYS_ENV
+from accord.contracts.sealing import Keyring
+from accord.engine.runtime.checks import MessageCatalog
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.loop import run as run_loop
+from accord.workflow.plan import Plan
 from bench.bench_engine import PLAN, _pct, _Tracker
 from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
 
@@ -138,11 +143,13 @@ class _Child:
         return await asyncio.wait_for(self.stats.get(), 10)
 
 
-async def _spawn(role: str, args: list[str], tmp: Path, name: str, tracker: _Tracker) -> _Child:
+async def _spawn(  # noqa: PLR0917 (the child's role, arguments and where it reports)
+    role: str, args: list[str], tmp: Path, name: str, tracker: _Tracker, env: dict[str, str]
+) -> _Child:
     out, err = tmp / f"{name}.json", (tmp / f"{name}.err").open("wb")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.fleet_proc", role, *args,
-        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err, env=env,
     )  # fmt: skip
     err.close()
     child = _Child(role, proc, out)
@@ -185,14 +192,15 @@ async def _fleet(
     *,
     tracker: _Tracker,
     tmp: Path,
+    env: dict[str, str],
 ) -> AsyncIterator[list[_Child]]:
     spawned = [
         _spawn("worker", [transport_url, str(tmp / f"w{i}.json"), f"w{i}", str(slots)], tmp,
-               f"w{i}", tracker)
+               f"w{i}", tracker, env)
         for i in range(workers)
     ] + [
         _spawn("engine", [store_url, transport_url, str(tmp / f"e{i}.json")], tmp, f"e{i}",
-               tracker)
+               tracker, env)
         for i in range(1, engines)
     ]  # fmt: skip
     children = list(await asyncio.gather(*spawned))
@@ -232,7 +240,30 @@ def _declared(children: list[_Child]) -> set[str]:
     return names
 
 
-async def _warm_up(engine: Engine, tracker: _Tracker, workers: list[_Child], slots: int) -> None:
+@dataclass(frozen=True)
+class Workload:
+    """What the runs are: the plan, what their context holds besides ``modelId``, the catalog
+    the engine checks contexts with, and the sealing key of every fleet process (``None``: none;
+    :mod:`bench.bench_sealing`)."""
+
+    plan: Plan = PLAN
+    context: dict[str, Any] = field(default_factory=dict)
+    catalog: MessageCatalog | None = None
+    sealing: tuple[str, bytes] | None = None
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in (SEALING_KEY_ENV, SEALING_KEYS_ENV)}
+        if self.sealing is not None:
+            env[SEALING_KEY_ENV] = f"{self.sealing[0]}:{base64.b64encode(self.sealing[1]).decode()}"
+        return env
+
+
+PLAIN = Workload()
+
+
+async def _warm_up(
+    engine: Engine, tracker: _Tracker, workers: list[_Child], slots: int, load: Workload
+) -> None:
     """Start batches of runs until every worker has received a job (and the batches finished)."""
     deadline = time.monotonic() + 30
     batch = 0
@@ -240,7 +271,7 @@ async def _warm_up(engine: Engine, tracker: _Tracker, workers: list[_Child], slo
         if time.monotonic() > deadline:
             raise RuntimeError("a worker received no job in 30 s of warm-up runs")
         runs = [
-            await engine.start_run(PLAN.name, {"modelId": f"warm{batch}-{i}"})
+            await engine.start_run(load.plan.name, {"modelId": f"warm{batch}-{i}"} | load.context)
             for i in range(2 * slots * len(workers))
         ]
         await tracker.wait(runs, 60)
@@ -276,13 +307,15 @@ async def _phases(
     n: int,
     singles: int,
     slots: int,
+    load: Workload = PLAIN,
 ) -> dict[str, Any]:
     """Warm up, then the throughput phase and the one-run-at-a-time phase."""
-    await _warm_up(engine, tracker, [c for c in children if c.role == "worker"], slots)
+    await _warm_up(engine, tracker, [c for c in children if c.role == "worker"], slots, load)
     beam = _beam_pid() if broker == "rabbitmq" else None
     before = await _snapshot(engine, children, beam)
     t0 = time.perf_counter()
-    runs = [await engine.start_run(PLAN.name, {"modelId": f"m{i}"}) for i in range(n)]
+    runs = [await engine.start_run(load.plan.name, {"modelId": f"m{i}"} | load.context)
+            for i in range(n)]  # fmt: skip
     await tracker.wait(runs, 300)
     elapsed = time.perf_counter() - t0
     after = await _snapshot(engine, children, beam)
@@ -308,7 +341,13 @@ async def _phases(
 
 
 async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then its sizes)
-    broker: str, engines: int, workers: int, slots: int, n: int, singles: int
+    broker: str,
+    engines: int,
+    workers: int,
+    slots: int,
+    n: int,
+    singles: int,
+    load: Workload = PLAIN,
 ) -> dict[str, Any]:
     """One configuration measured: ``engines`` engine processes (this one included) and
     ``workers`` worker processes of ``slots`` task slots each over fresh prefixes of ``broker``."""
@@ -322,8 +361,12 @@ async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then
             SystemClock(),
             options=EngineOptions(poll_ms=20),
             observers=[tracker.transition],
+            catalog=load.catalog,
+            sealing=None if load.sealing is None else Keyring(load.sealing),
         )
-        await engine.register_plan(PLAN)
+        await engine.register_plan(PLAN)  # the one-at-a-time phase runs it
+        if load.plan is not PLAN:
+            await engine.register_plan(load.plan)
         await engine.start()
         gc.collect()
         gc.freeze()
@@ -331,12 +374,14 @@ async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then
             with tempfile.TemporaryDirectory(prefix="accord-fleet-") as tmpdir:
                 tmp = Path(tmpdir)
                 async with _fleet(
-                    store_url, transport_url, engines, workers, slots, tracker=tracker, tmp=tmp
-                ) as children:
+                    store_url, transport_url, engines, workers, slots, tracker=tracker, tmp=tmp,
+                    env=load.env(),
+                ) as children:  # fmt: skip
                     try:
                         measured = await _phases(
-                            engine, tracker, children, broker, n=n, singles=singles, slots=slots
-                        )
+                            engine, tracker, children, broker, n=n, singles=singles, slots=slots,
+                            load=load,
+                        )  # fmt: skip
                     except TimeoutError as exc:  # with what the fleet processes had to say
                         raise TimeoutError(f"{exc}; stderr: {_stderr_tails(children)}") from exc
                 _worker_stamps(children, tracker)

@@ -152,6 +152,14 @@ def rows(r: dict[str, Any]) -> list[Row]:
         peer_key = "throughput.{n}.cpu_ms_per_run" if key == "cpu_ms_per_run" else key
         value = figure(r, "engine", f"sqlite.{key}")
         out.append(Row(name, unit, value, LOWER, best_peer(r, peer_key, LOWER), None, ("<=", goal)))
+    # sealing sensitive fields at rest (bench_sealing): the fleet's ABBA difference, and the
+    # sealing work of one run measured alone against the same unsealed fleet CPU per run
+    sealed = figure(r, "sealing", "overhead_pct")
+    alone = figure(r, "sealing", "sealing_pct_of_off")
+    out.append(Row("sealing: extra fleet CPU per run (Redis + BullMQ, ABBA)", "%", sealed, LOWER,
+                   None, None, ("<=", 5.0)))  # fmt: skip
+    out.append(Row("sealing: its work alone, of the fleet CPU per run", "%", alone, LOWER,
+                   None, None, ("<=", 5.0)))  # fmt: skip
     contracts = ("thumbnail-generation-request@2", "technical-metadata@1")
     valid = [figure(r, "validation", f"{c}.accord.valid_us") for c in contracts]
     floor = [figure(r, "validation", f"{c}.engine_floor_us") for c in contracts]

@@ -4,6 +4,7 @@ on its own BullMQ key prefix, and writing cube models as binary STL."""
 from __future__ import annotations
 
 import json
+import os
 import select
 import shutil
 import struct
@@ -64,7 +65,10 @@ def built_worker() -> Path:
 class NodeWorker:
     """The worker process on its own key prefix, serving one storage root."""
 
-    def __init__(self, main: Path, prefix: str, storage: Path, log: Path) -> None:
+    def __init__(
+        self, main: Path, prefix: str, storage: Path, log: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.prefix = prefix
         self.url = f"bullmq://127.0.0.1:6379/{REDIS_DB}?prefix={prefix}&stalled_ms=1000"
         self.worker_id = f"ts-{prefix}"
@@ -72,7 +76,8 @@ class NodeWorker:
                "--heartbeat-ms", "100", "--worker-id", self.worker_id]  # fmt: skip
         self.log = log  # a file, not a pipe: a full pipe would stall the worker
         with log.open("wb") as err:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
+            environ = {**os.environ, **(env or {})}
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=environ)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and self.proc.poll() is None:

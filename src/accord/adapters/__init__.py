@@ -19,6 +19,8 @@ Transports (:func:`open_transport`)::
                                   in-process queue for the memory store
 
 An engine over both (:func:`open_engine`) owns them and closes them when it stops.
+:func:`reach_transport` makes one attempt to reach a broker (BullMQ's Redis, RabbitMQ) before
+work starts, so a command can tell an unreachable one from a slow start.
 
 Each process opens its own store and transport on the same file; SQLite's write lock and the
 store's compare-and-set keep them correct. Modules for optional back-ends (Redis, BullMQ,
@@ -30,19 +32,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from accord.adapters._store_rules import SHARED_OPTS
 from accord.adapters.clock import SystemClock
 from accord.adapters.transports._base import QueueOptions
+from accord.contracts.sealing import Keyring
 from accord.engine.ports import Clock, Sink, Store, Transport
 from accord.engine.runtime.actions import ActionHandler, ActionRegistry
 from accord.engine.runtime.checks import MessageCatalog, ResultHook
 from accord.engine.runtime.orchestrator import Engine, EngineOptions, Observer
 from accord.errors import StoreError, TransportError
 
-__all__ = ["CRASH_ENV", "open_engine", "open_store", "open_transport"]
+__all__ = ["CRASH_ENV", "open_engine", "open_store", "open_transport", "reach_transport"]
 
 CRASH_ENV = "ACCORD_CRASH_AT"  # a crash point for fault tests, read by open_engine
 _QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
@@ -122,6 +126,26 @@ def open_transport(
     )
 
 
+async def reach_transport(transport: Transport) -> None:
+    """One attempt to reach the broker behind ``transport`` (a ``PING`` to BullMQ's Redis; the
+    publisher connection and channel of RabbitMQ, kept for later use); a retryable
+    :class:`TransportError` naming why when it does not answer. In-process and SQLite transports
+    need no broker: nothing to do. The caller bounds the wait (``asyncio.wait_for``)."""
+    # a broker's transport module is loaded already if ``transport`` is one of its transports
+    bullmq = sys.modules.get("accord.adapters.transports.bullmq")
+    rabbitmq = sys.modules.get("accord.adapters.transports.rabbitmq")
+    try:
+        if bullmq is not None and isinstance(transport, bullmq.BullmqTransport):
+            await transport.redis.ping()
+        elif rabbitmq is not None and isinstance(transport, rabbitmq.RabbitmqTransport):
+            await transport._channel()  # its connection is the one that publishes later
+    except TransportError:
+        raise
+    except Exception as exc:  # the client's own connection errors
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise TransportError(f"cannot reach the broker: {why}", retryable=True) from exc
+
+
 def open_engine(
     store_url: str,
     transport_url: str,
@@ -133,10 +157,13 @@ def open_engine(
     result_checks: Sequence[ResultHook] = (),
     observers: Sequence[Observer] = (),
     catalog: MessageCatalog | None = None,
+    sealing: Keyring | None = None,
 ) -> Engine:
     """An :class:`Engine` over the store and transport named by URL, owning both. One SQLite file
     named twice is one connection: the queue lives in the store's own database and joins its
-    commits. ``ACCORD_CRASH_AT`` in the environment sets a crash point unless ``options`` does."""
+    commits. ``ACCORD_CRASH_AT`` in the environment sets a crash point unless ``options`` does.
+    ``sealing`` seals the sensitive fields of contexts and results at rest (it needs
+    ``catalog``; see :mod:`accord.engine.runtime.sealed`)."""
     opts = options or EngineOptions()
     if opts.crash_at is None and os.environ.get(CRASH_ENV):
         opts = dataclasses.replace(opts, crash_at=os.environ[CRASH_ENV])
@@ -151,7 +178,7 @@ def open_engine(
         transport = open_transport(transport_url, clock=clk)
     return Engine(
         store, transport, clk, opts, actions=actions, sink=sink, result_checks=result_checks,
-        observers=observers, catalog=catalog, owns_ports=True,
+        observers=observers, catalog=catalog, owns_ports=True, sealing=sealing,
     )  # fmt: skip
 
 

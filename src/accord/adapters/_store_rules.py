@@ -8,6 +8,10 @@
 - ``Commit.index`` maps to searchable columns: ``status``, ``workflow`` and ``tenant`` are
   columns, ``updated_at`` (epoch ms as a string; the store's clock when absent) orders
   :meth:`list_runs`, and any other key is a label. A key absent from a commit keeps its value.
+- Retention (:meth:`~accord.engine.ports.Store.prune`): a run is *ended* when its ``status``
+  column is one of :data:`ENDED`; it may be removed once its ``updated_at`` (its last commit, so
+  never before it ended) is older than the cutoff. Stores remove at most :data:`PRUNE_STEP` runs
+  per transaction or script, so a large prune never holds the store for long.
 - Filter and label names are identifiers (``[A-Za-z_][A-Za-z0-9_]*``), never free text, so no
   caller-supplied string is ever spliced into SQL or a key.
 """
@@ -22,11 +26,14 @@ from typing import Any
 
 from accord.canonical import canonical_json
 from accord.engine.machine.encoding import EncodedDoc
+from accord.engine.machine.state import RUN_TERMINAL
 from accord.engine.ports import Commit
 from accord.errors import StoreError
 
 __all__ = [
     "COLUMNS",
+    "ENDED",
+    "PRUNE_STEP",
     "SHARED_OPTS",
     "EncodedCommit",
     "activation_rows",
@@ -45,6 +52,8 @@ __all__ = [
 ]
 
 COLUMNS = ("status", "workflow", "tenant")
+ENDED = tuple(sorted(RUN_TERMINAL))  # the statuses a run ends in: only these are ever pruned
+PRUNE_STEP = 100  # runs removed per transaction (or per pipelined round of scripts)
 # A store URL may carry the embedded transport's options, so one URL opens both.
 SHARED_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

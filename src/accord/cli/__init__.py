@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import typer
 
-from accord.cli import contracts, demo, engine, runs, worker, workflow
+from accord.cli import (
+    contracts,
+    dead_letters,
+    demo,
+    engine,
+    quarantine,
+    runs,
+    worker,
+    workflow,
+)
 from accord.cli._common import AccordGroup
 
 app = typer.Typer(
@@ -25,6 +34,8 @@ app.add_typer(workflow.app, name="workflow")
 app.add_typer(engine.app, name="engine")
 app.add_typer(runs.app, name="runs")
 app.add_typer(worker.app, name="worker")
+app.add_typer(quarantine.app, name="quarantine")
+app.add_typer(dead_letters.app, name="dead-letters")
 app.command("demo")(demo.demo)
 
 

@@ -24,6 +24,7 @@ from accord.cli._common import console
 from accord.cli._demo_view import ModelRun, live_table, summarise, summary_table
 from accord.cli._registry import Workspace
 from accord.cli.workflow import compile_file
+from accord.contracts.sealing import Keyring
 from accord.contracts.sources import load_catalog
 from accord.engine.machine.state import RunState
 from accord.worker.fleet import ingest_stack
@@ -72,6 +73,7 @@ async def run_demo(
     quiet: bool,
     store: str | None = None,
     transport: str | None = None,
+    sealing: Keyring | None = None,
 ) -> list[dict[str, Any]]:
     catalog = load_catalog(ws.sources)
     workflow = ws.root / "workflows" / "model-ingest.yaml"
@@ -86,8 +88,9 @@ async def run_demo(
         console.print(f"workflow [bold]{plan.name}@{plan.version}[/bold] compiled: {plan.digest}")
     started = time.perf_counter()
     async with ingest_stack(
-        url, plan, catalog, workers, state=state, services=services, transport=transport
-    ) as stack:
+        url, plan, catalog, workers, state=state, services=services, transport=transport,
+        sealing=sealing,
+    ) as stack:  # fmt: skip
         engine = stack.engine
         if not quiet:
             live = await engine.live_capabilities()

@@ -20,6 +20,12 @@ whole.
 :class:`RedactingFilter` masks, in each record's message, arguments and traceback, the members
 named like a sensitive field of any contract of the catalog, and every value seen there or noted
 from a run (:meth:`RedactingFilter.note`, fed by :func:`run_observer`).
+
+**Sealing keys.** :func:`sealing_from_env` reads the keyring the engine and workers seal
+sensitive fields at rest with (:mod:`accord.contracts.sealing`): ``ACCORD_SEALING_KEY`` is the
+current key, ``<key id>:<base64 of 32 random bytes>``; ``ACCORD_SEALING_KEYS`` lists retired
+keys in the same form, comma-separated, kept so that values sealed before a rotation still open.
+A view never opens a sealed value: it masks the field like any sensitive one.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from accord.cli._common import EXIT_USAGE, refuse
 from accord.contracts.catalog import Catalog
 from accord.contracts.model import MessageContract
 from accord.contracts.redact import (
@@ -47,10 +54,12 @@ from accord.contracts.redact import (
     scrub_pattern,
     sensitive_names,
 )
+from accord.contracts.sealing import Keyring, SealingError
 from accord.engine.machine.state import RunState
 from accord.workflow.plan import Binding, CapabilityPin, Plan, TaskStage
 
 __all__ = [
+    "SEALING_KEYS_ENV",
     "SEALING_KEY_ENV",
     "RedactingFilter",
     "RunRedaction",
@@ -59,11 +68,14 @@ __all__ = [
     "note_requests",
     "redaction_of",
     "run_observer",
+    "sealing_from_env",
+    "sealing_or_exit",
     "unconfigure_logging",
     "warn_unsealed",
 ]
 
-SEALING_KEY_ENV = "ACCORD_SEALING_KEY"
+SEALING_KEY_ENV = "ACCORD_SEALING_KEY"  # <key id>:<base64 of 32 bytes>: seals and opens
+SEALING_KEYS_ENV = "ACCORD_SEALING_KEYS"  # retired keys, comma-separated: open only
 LOG_LEVEL_ENV = "ACCORD_LOG_LEVEL"
 
 
@@ -321,7 +333,14 @@ def run_observer(redacting: RedactingFilter, engine: Any, catalog: Catalog | Non
     tasks: set[asyncio.Task[None]] = set()
 
     async def note(run: RunState, history: list[dict[str, Any]]) -> None:
-        redaction = await redaction_of(engine.store.get_plan, run, catalog)
+        try:
+            redaction = await redaction_of(engine.store.get_plan, run, catalog)
+        except Exception as exc:  # the store is away: the run's own views still mask its fields
+            logging.getLogger("accord.cli").warning(
+                "run %s: its sensitive values are not noted for log scrubbing (%s)",
+                run.run_id, type(exc).__name__,
+            )  # fmt: skip
+            return
         redacting.note(redaction.values(run, history))
 
     def observe(delivered: Any) -> None:
@@ -334,6 +353,41 @@ def run_observer(redacting: RedactingFilter, engine: Any, catalog: Catalog | Non
         task.add_done_callback(tasks.discard)
 
     return observe
+
+
+def sealing_from_env(environ: Mapping[str, str] | None = None) -> Keyring | None:
+    """The sealing keyring the environment configures (:data:`SEALING_KEY_ENV`, the current
+    key, and :data:`SEALING_KEYS_ENV`, retired keys kept for opening), or ``None`` for none;
+    raises :class:`~accord.contracts.sealing.SealingError` naming the bad entry."""
+    env = os.environ if environ is None else environ
+    current, retired = env.get(SEALING_KEY_ENV, "").strip(), env.get(SEALING_KEYS_ENV, "")
+    if not current:
+        if retired.strip():
+            raise SealingError(f"{SEALING_KEYS_ENV} is set but {SEALING_KEY_ENV} is not")
+        return None
+    try:
+        return Keyring.parse(current, retired)
+    except SealingError as exc:
+        raise SealingError(f"{SEALING_KEY_ENV}/{SEALING_KEYS_ENV}: {exc}") from None
+
+
+def sealing_or_exit(
+    what: str, catalog: Catalog | None = None, *, needs_catalog: bool = False
+) -> Keyring | None:
+    """:func:`sealing_from_env` for a command's start-up: a bad key is one line, exit 2. An
+    engine seals by the contracts' ``sensitive`` marks: with a key but no catalog
+    (``needs_catalog``) it says that it seals nothing."""
+    try:
+        keys = sealing_from_env()
+    except SealingError as exc:
+        refuse(f"{what} not started: {exc}", EXIT_USAGE)
+    if keys is not None and needs_catalog and catalog is None:
+        logging.getLogger("accord.security").warning(
+            "%s is set but no contract catalog was found: the %s seals nothing (--contracts)",
+            SEALING_KEY_ENV,
+            what,
+        )
+    return keys
 
 
 _warned: set[str] = set()

@@ -35,10 +35,16 @@ from accord.cli._common import (
     refuse,
 )
 from accord.cli._demo_run import run_demo
-from accord.cli._redaction import configure_logging, load_catalog_quietly, warn_unsealed
+from accord.cli._redaction import (
+    configure_logging,
+    load_catalog_quietly,
+    sealing_from_env,
+    warn_unsealed,
+)
 from accord.cli._registry import Workspace, workspace
 from accord.contracts import compat
 from accord.contracts.model import MessageContract
+from accord.contracts.sealing import SealingError
 from accord.contracts.sources import lint_paths
 from accord.errors import AccordError, ContractLintError, Diagnostic
 from accord.loop import run as run_on_loop
@@ -125,6 +131,10 @@ def demo(
         if not found:
             kinds = ", ".join(sorted(SUFFIXES))
             _stopped(f"no model files ({kinds}) in {folder}", EXIT_USAGE)
+    try:  # a bad sealing key is refused before anything is written
+        sealing = sealing_from_env()
+    except SealingError as exc:
+        _stopped(str(exc), EXIT_USAGE)
     try:
         steps = contract_phase(ws)
     except AccordError as exc:
@@ -148,6 +158,7 @@ def demo(
                 quiet=json_out,
                 store=store,
                 transport=transport,
+                sealing=sealing,
             ),
             chosen_loop,
         )

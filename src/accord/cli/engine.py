@@ -4,7 +4,11 @@
 reconciles first (stranded outbox entries, overdue deadlines, dead-lettered jobs), then runs the
 dispatcher sweep, timer service, outcome intake and periodic reconciliation until SIGINT or
 SIGTERM, when it stops gracefully: loops stop, in-flight commits finish, ports close. Several
-processes may run against the same store. ``reconcile`` runs one pass and prints its report.
+processes may run against the same store. Ended runs are removed once they saw no change for
+``--history-retention`` (30 days; ``off`` keeps them). ``reconcile`` runs one pass and prints
+its report. A broker transport (``bullmq://``, ``amqp://``) that does not answer within
+``--connect-timeout`` (30 s) is a one-line refusal, exit 1; once running, a lost broker is
+retried, each failure logged on one line.
 """
 
 from __future__ import annotations
@@ -19,14 +23,22 @@ import typer
 
 from accord.adapters import open_engine
 from accord.cli._common import LoopOpt, console, emit_json, pick_loop, usage
+from accord.cli._connect import (
+    DEFAULT_CONNECT_TIMEOUT,
+    OneLineFailures,
+    connect_timeout,
+    reach_or_refuse,
+)
 from accord.cli._redaction import (
     configure_logging,
     load_catalog_quietly,
     run_observer,
+    sealing_or_exit,
     warn_unsealed,
 )
 from accord.engine.runtime.holding import HOLD_MS
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
+from accord.engine.runtime.retention import parse_duration
 from accord.errors import StoreError, TransportError
 from accord.loop import run as run_on_loop
 
@@ -64,13 +76,30 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
             min=0, help="how long an outcome waits for an unavailable store before it is nacked"
         ),
     ] = HOLD_MS,
+    history_retention: Annotated[
+        str,
+        typer.Option(
+            "--history-retention",
+            help="remove ended runs after this long without change (30d, 12h; off: keep)",
+        ),
+    ] = "30d",
+    connect_timeout_opt: Annotated[
+        str,
+        typer.Option(
+            "--connect-timeout", help="how long to wait for the transport's broker at start"
+        ),
+    ] = DEFAULT_CONNECT_TIMEOUT,
     loop: LoopOpt = "auto",
 ) -> None:
     """Run the engine until interrupted."""
     chosen_loop = pick_loop(loop)
+    retention_ms = _retention(history_retention)
+    connect_s = connect_timeout(connect_timeout_opt)
     catalog = load_catalog_quietly(contracts)  # which fields logs must mask
     redacting = configure_logging(catalog)
+    OneLineFailures(store, transport).install()  # a lost broker or store: one line per failure
     warn_unsealed(store)
+    sealing = sealing_or_exit("engine", catalog, needs_catalog=True)  # a bad key: exit 2
 
     async def serve() -> None:
         engine = open_engine(
@@ -83,10 +112,17 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
                 grace_ms=grace_ms,
                 accept_linger_ms=accept_linger_ms,
                 store_hold_ms=store_hold_ms,
+                retention_ms=retention_ms,
             ),
             catalog=catalog,
+            sealing=sealing,
         )
         engine.observers.append(run_observer(redacting, engine, catalog))
+        try:  # an unreachable broker: a bounded wait, then one line and exit 1
+            await reach_or_refuse("engine", engine.transport, transport, connect_s)
+        except BaseException:
+            await engine.stop()
+            raise
         if platform:
             await _with_platform(engine, state, contracts, workflow or [])
         stop = asyncio.Event()
@@ -104,6 +140,16 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         console.print(f"engine {engine.owner} stopped after {engine.transitions} transitions")
 
     run_on_loop(serve(), chosen_loop)
+
+
+def _retention(text: str) -> int | None:
+    """``--history-retention`` in milliseconds; ``None`` for ``off`` (or ``0``): keep for ever."""
+    if text.strip().lower() in ("off", "never", "forever", "0"):
+        return None
+    try:
+        return parse_duration(text) or None
+    except ValueError as exc:
+        usage(f"--history-retention: {exc}; or off to keep ended runs")
 
 
 async def _with_platform(

@@ -1,9 +1,11 @@
 """`accord runs`: read and steer runs in a store.
 
-``list``, ``show``, ``history`` and ``explain`` only read. ``cancel`` and ``redrive`` commit one
-operator event through the engine's normal path (load → apply → commit); the outbox entries that
-commit writes are published by whichever engine process sweeps next, so these commands need no
-transport. Every command takes ``--json``.
+``list``, ``show``, ``history`` and ``explain`` only read. ``prune --older-than 30d`` removes
+ended runs (completed, failed, cancelled) that saw no change for that long, history and all, as
+the engine's retention loop does (:mod:`accord.engine.runtime.retention`). ``cancel`` and
+``redrive`` commit one operator event through the engine's normal path (load → apply →
+commit); the outbox entries that commit writes are published by whichever engine process sweeps
+next, so these commands need no transport. Every command takes ``--json``.
 
 What they print never holds a sensitive value: the fields the run's pinned contracts mark
 ``sensitive`` are masked (``***``) in both forms, and every echo of their values is scrubbed
@@ -25,13 +27,15 @@ import typer
 
 from accord.adapters import open_store, open_transport
 from accord.adapters.clock import SystemClock
-from accord.cli._common import EXIT_OK, EXIT_USAGE, console, emit_json, refuse
+from accord.cli._common import EXIT_OK, EXIT_USAGE, console, emit_json, refuse, usage
+from accord.cli._connect import masked
 from accord.cli._redaction import load_catalog_quietly, redaction_of
 from accord.contracts.redact import scrub, scrub_pattern
 from accord.engine.machine.explain import explain_history
 from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.ports import Store
 from accord.engine.runtime.orchestrator import Delivered, Engine, EngineOptions
+from accord.engine.runtime.retention import parse_duration, prune_all
 from accord.errors import StoreError
 
 app = typer.Typer(help="Inspect, cancel and re-drive runs.", no_args_is_help=True)
@@ -53,7 +57,7 @@ def _with_store(url: str, body: Callable[[Store], Awaitable[T]]) -> T:
         try:
             store = open_store(url)
         except (ValueError, OSError) as exc:
-            refuse(f"cannot open store {url!r}: {exc}", 2)
+            refuse(masked(url, f"cannot open store {url!r}: {exc}"), 2)
         try:
             return await body(store)
         finally:
@@ -67,7 +71,8 @@ def _store_guarded(url: str, go: Callable[[], Coroutine[Any, Any, T]]) -> T:
     try:
         return asyncio.run(go())
     except StoreError as exc:
-        refuse(str(exc) if url in str(exc) else f"store {url!r}: {exc}", EXIT_USAGE)
+        said = str(exc) if url in str(exc) else f"store {url!r}: {exc}"
+        refuse(masked(url, said), EXIT_USAGE)  # the password never printed
 
 
 def _iso(ms: int) -> str:
@@ -204,6 +209,32 @@ def explain(
         return
     for line in lines:
         console.print(line, markup=False)
+
+
+@app.command("prune")
+def prune(
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="remove ended runs that saw no change for this long (30d, 12h, 15m)",
+        ),
+    ],
+    store: StoreOpt = DEFAULT_STORE,
+    json_out: JsonOpt = False,
+) -> None:
+    """Remove ended runs older than --older-than, with their history; live runs stay."""
+    try:
+        age_ms = parse_duration(older_than)
+    except ValueError as exc:
+        usage(f"--older-than: {exc}")
+    cutoff = max(0, SystemClock().now_ms() - age_ms)
+    removed = _with_store(store, lambda s: prune_all(s, cutoff))
+    if json_out:
+        emit_json({"ok": True, "removed": removed, "ended_before_ms": cutoff,
+                   "ended_before": _iso(cutoff)})  # fmt: skip
+        return
+    console.print(f"removed {removed} ended runs last changed before {_iso(cutoff)}", markup=False)
 
 
 def _operate(store: str, op: Callable[[Engine], Awaitable[Delivered]]) -> Delivered:

@@ -6,6 +6,9 @@
 announces its capabilities there with a TTL, which is what admission checks. Requests and results
 are validated against the contracts in ``schemas/contracts`` of the enclosing repository (or
 ``--contracts DIR``). SIGINT/SIGTERM shut down gracefully: stop consuming, finish in-flight jobs.
+A broker transport that does not answer within ``--connect-timeout`` (30 s), or a ``--store``
+that cannot be read, is a one-line refusal, exit 1; once running, a lost broker is retried, each
+failure logged on one line.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ from typing import Annotated
 import typer
 
 from accord.cli._common import LoopOpt, console, pick_loop, refuse, usage
-from accord.cli._redaction import configure_logging, note_requests
+from accord.cli._connect import (
+    DEFAULT_CONNECT_TIMEOUT,
+    OneLineFailures,
+    connect_timeout,
+    masked,
+    reach_or_refuse,
+)
+from accord.cli._redaction import configure_logging, note_requests, sealing_or_exit
 from accord.contracts.sources import find_root, load_catalog
 from accord.errors import AccordError
 from accord.loop import run as run_on_loop
@@ -73,10 +83,17 @@ def run(
     state: Annotated[Path, typer.Option("--state", help="Acceptance records.")] = STATE,
     slots: Annotated[int, typer.Option("--slots", min=1, help="Handlers at once.")] = 4,
     heartbeat_ms: Annotated[int, typer.Option("--heartbeat-ms", min=10)] = 5_000,
+    connect_timeout_opt: Annotated[
+        str,
+        typer.Option(
+            "--connect-timeout", help="how long to wait for the transport's broker at start"
+        ),
+    ] = DEFAULT_CONNECT_TIMEOUT,
     loop: LoopOpt = "auto",
 ) -> None:
     """Serve MODULE[:ATTR] until interrupted."""
     chosen_loop = pick_loop(loop)
+    connect_s = connect_timeout(connect_timeout_opt)
     from accord.adapters import open_store, open_transport  # noqa: PLC0415
     from accord.worker import AcceptanceLog, Runtime, Worker, store_announcer  # noqa: PLC0415
 
@@ -91,9 +108,11 @@ def run(
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         refuse(f"worker not started: {first}", diagnostics=getattr(exc, "diagnostics", ()))
     note_requests(worker, configure_logging(catalog), catalog)  # logs mask sensitive values
+    OneLineFailures(transport, store or "").install()  # a lost broker: one line per failure
+    sealing = sealing_or_exit("worker")  # opens sealed requests, seals sensitive results
     log = AcceptanceLog(state / f"{worker.name}.acceptance.db")
     runtime = Runtime(worker, port, catalog=catalog, acceptance=log, announce=announcer,
-                      slots=slots, heartbeat_ms=heartbeat_ms)  # fmt: skip
+                      slots=slots, heartbeat_ms=heartbeat_ms, sealing=sealing)  # fmt: skip
     console.print(
         f"serving {', '.join(worker.capabilities)} on {', '.join(runtime.queues)} "
         f"as {runtime.worker_id} ({chosen_loop} loop)"
@@ -110,7 +129,9 @@ def run(
                 try:
                     await store_port.live_capabilities(0)
                 except AccordError as exc:
-                    refuse(f"worker not started: {' '.join(str(exc).split())}")
+                    why = " ".join(str(exc).split())
+                    refuse(masked(store or "", f"worker not started: {why}"))
+            await reach_or_refuse("worker", port, transport, connect_s)
             await runtime.run(stop)
         finally:
             await port.close()

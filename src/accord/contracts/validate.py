@@ -12,6 +12,10 @@ Order of work for one message (each step can only refuse, never repair):
    failure as a :class:`~accord.errors.FieldViolation` with a path in the
    :mod:`accord.contracts.paths` spelling, sorted, one per (path, code).
 
+A field marked ``sensitive`` also accepts a sealed token
+(:mod:`accord.contracts.sealing`) in place of its value: the run record, history and job payloads
+carry sensitive values sealed, and only the part holding the key opens (and so checks) them.
+
 A valid message costs one ``is_valid`` call plus the (often empty) normalising plan; the error
 walk runs only for invalid input. Error texts mask instance values, so a ``sensitive`` value can
 never leak through a violation. Shadow mode (:class:`ShadowValidator`) validates and records
@@ -20,6 +24,7 @@ without refusing: the migration path for bringing informal JSON under contract.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -32,6 +37,7 @@ from accord.contracts.jsonschema import export
 from accord.contracts.model import MessageContract
 from accord.contracts.normalise import Normaliser
 from accord.contracts.paths import format_path, join
+from accord.contracts.sealing import PREFIX as SEALED_PREFIX
 from accord.contracts.strictjson import DEFAULT_MAX_DEPTH, JsonRejected, loads_strict
 from accord.errors import FieldViolation, OversizedMessage, ValidationError
 
@@ -51,6 +57,8 @@ HARD_MAX_BYTES = 64 << 20  # not even shadow mode decodes more than this
 Mode = Literal["enforce", "shadow"]
 _RAW = (str, bytes, bytearray, memoryview)
 _FORMAT_MARK = "allOf"  # exported schemas never use allOf; the engine schema puts formats there
+_SENSITIVE = "x-accord-sensitive"
+_SEALED = {"type": "string", "pattern": "^" + re.escape(SEALED_PREFIX)}
 
 _CODES = {
     "Type": "wrong-type",
@@ -230,6 +238,10 @@ def _engine_schema(node: Any) -> Any:
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt in FORMAT_PATTERNS:
         out[_FORMAT_MARK] = [{"pattern": FORMAT_PATTERNS[fmt]}]
+    if node.get(_SENSITIVE) is True:
+        # a sealed token stands for any value of the field (it is checked where it is opened);
+        # a clear value is checked as declared, its errors reported as if the wrap were not there
+        return {"if": _SEALED, "then": True, "else": out}
     return out
 
 

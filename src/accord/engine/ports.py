@@ -25,18 +25,21 @@ from typing import Protocol, TypeAlias, runtime_checkable
 __all__ = [
     "Clock",
     "Commit",
+    "DeadLetter",
     "Delivery",
     "JointCommit",
     "JointQueue",
     "JsonDict",
     "JsonValue",
     "OutboxEntry",
+    "QueueAdmin",
     "QueuedMessage",
     "Sink",
     "Store",
     "StoredRun",
     "Timer",
     "Transport",
+    "Waiting",
 ]
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
@@ -107,6 +110,14 @@ class Store(Protocol):
     async def outbox_done(self, entry_ids: Sequence[str]) -> None: ...
 
     async def list_runs(self, limit: int = 100, **filters: str) -> list[StoredRun]: ...
+
+    async def prune(self, ended_before_ms: int, limit: int) -> int:
+        """Remove up to ``limit`` ended runs (status ``completed``, ``failed`` or ``cancelled``)
+        whose last commit is older than ``ended_before_ms``: record, history, index entries and
+        any timers or outbox entries left behind. A live run is never removed, whatever its age.
+        Work is done in short steps, so a large prune never holds the store; returns how many
+        runs were removed (fewer than ``limit``: nothing older is left). Idempotent."""
+        ...
 
     # plans and capability announcements
     async def put_plan(self, digest: str, document: JsonDict) -> None:
@@ -205,3 +216,60 @@ class Sink(Protocol):
     """Where telemetry goes (a projection, OpenTelemetry…). Failures are retried via the sweep."""
 
     async def emit(self, events: Sequence[Mapping[str, JsonValue]]) -> None: ...
+
+
+# -- operating on what was refused -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A message waiting on a queue, as an operator reads it without consuming it."""
+
+    queue: str
+    message_id: str
+    body: bytes
+    delivery_count: int  # deliveries made so far (0: never delivered)
+    published_at_ms: int  # 0 when the broker does not say
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message past its queue's delivery limit (or unreadable at the broker), kept for an
+    operator: never dropped, never delivered again unless redriven."""
+
+    queue: str
+    message_id: str
+    body: bytes
+    delivery_count: int
+    reason: str
+    dead_at_ms: int
+
+
+@runtime_checkable
+class QueueAdmin(Protocol):
+    """Operator access to a transport's queues: the quarantine queues nobody consumes and the
+    dead letters, read without consuming anything and acted on by message id. A queue the
+    broker cannot tell exists reads as empty."""
+
+    async def queue_names(self) -> list[str] | None:
+        """Queues holding messages or dead letters, or ``None`` when the broker cannot list
+        its queues (the caller then names them)."""
+        ...
+
+    async def waiting(self, queue: str, limit: int = 1000) -> list[Waiting]:
+        """Up to ``limit`` messages waiting on ``queue``, oldest first; none is consumed."""
+        ...
+
+    async def remove(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        """Remove the waiting messages with these ids; return the ids removed."""
+        ...
+
+    async def dead_letter_records(self, queue: str) -> list[DeadLetter]:
+        """The dead letters of ``queue``, oldest first (non-destructive)."""
+        ...
+
+    async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        """Put these dead letters back on ``queue`` with a fresh delivery count, each out of
+        the dead letters only once it is back (never lost, at worst delivered twice); return
+        the ids redriven."""
+        ...

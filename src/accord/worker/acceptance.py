@@ -9,7 +9,9 @@ new key and runs normally.
 - not recorded → record ``accepted`` and run the handler;
 - ``accepted`` (running here, or the process died mid-run) → re-announce acceptance only; the
   engine's heartbeat deadline decides whether a new attempt is needed;
-- ``finished`` → republish the stored final outcome (same message id: harmless if it arrived).
+- ``finished`` → republish the stored final outcome (same message id: harmless if it arrived);
+- an acceptance whose ``accepted`` never reached the queue is released (:meth:`release`): the
+  handler has not run and the engine does not know of it, so its redelivery runs normally.
 
 It also counts unclassified crashes per (run, stage), which bounds their retries. One SQLite file
 (or ``:memory:``) per worker process; writes are tiny, so they run on the caller's thread.
@@ -111,6 +113,18 @@ class AcceptanceLog:
                 "UPDATE acceptance SET state = 'finished', outcome = ? WHERE key = ?",
                 (outcome, key),
             )
+
+    def release(self, run_id: str, stage: str, attempt: int, fence: str) -> bool:
+        """Forget an acceptance the engine never heard of (its ``accepted`` could not be
+        published, so the handler never ran): the redelivery is then served as a first delivery.
+        A finished record is kept (its outcome is what a redelivery republishes). True if a
+        record was removed."""
+        key = self.key(run_id, stage, attempt, fence)
+        with self._lock:
+            cur = self._db.execute(
+                "DELETE FROM acceptance WHERE key = ? AND state = 'accepted'", (key,)
+            )
+        return bool(cur.rowcount == 1)
 
     def count_crash(self, run_id: str, stage: str) -> int:
         """Add one unclassified crash for the stage; the new total."""

@@ -26,6 +26,7 @@ from typing import Any
 from accord.actions import Platform, PlatformConfig, register_platform_actions
 from accord.adapters import open_engine
 from accord.contracts.catalog import Catalog
+from accord.contracts.sealing import Keyring
 from accord.engine.runtime.checks import contract_result_check
 from accord.engine.runtime.orchestrator import Engine, EngineOptions, Observer
 from accord.errors import EngineError
@@ -61,6 +62,7 @@ async def ingest_stack(
     poll_ms: int = 10,
     check_admission: bool = True,
     transport: str | None = None,
+    sealing: Keyring | None = None,
 ) -> AsyncIterator[Stack]:
     engine = open_engine(
         url,
@@ -68,6 +70,7 @@ async def ingest_stack(
         options=EngineOptions(poll_ms=poll_ms),
         result_checks=[contract_result_check(catalog)],
         catalog=catalog,
+        sealing=sealing,
     )
 
     async def load_run(run_id: str) -> dict[str, Any] | None:
@@ -84,7 +87,7 @@ async def ingest_stack(
         log = AcceptanceLog(state / "workers" / f"{w.name}.acceptance.db")
         runtimes.append(Runtime(w, engine.transport, catalog=catalog, acceptance=log,
                                 announce=engine.announce, heartbeat_ms=heartbeat_ms,
-                                slots=slots))  # fmt: skip
+                                slots=slots, sealing=sealing))  # fmt: skip
     stack = Stack(engine, platform, runtimes)
     try:
         for rt in runtimes:

@@ -19,6 +19,30 @@ prefetch it asks of the transport for each queue.
 Outcomes ready at the same moment leave as one batch message (:mod:`accord.worker.batching`);
 each publish still returns only once the message carrying it is confirmed.
 
+Nothing wedges: every job held is answered, or returned to its queue, within a bounded time, and
+its slots are always given back. A broker that is briefly away when a job is accepted or answered
+must not leave the job held (its lock renewed, never redelivered, a slot lost while the worker
+still announces itself alive), so:
+
+- ``accepted`` and the final outcome are published with retries (backoff up to
+  :data:`RETRY_MAX_S`) for at most ``answer_s``; heartbeats that fail are skipped, not fatal;
+- ``accepted`` never confirmed in that time: the handler has not run and the engine does not
+  know of the attempt, so its acceptance is released (:meth:`AcceptanceLog.release`) and the job
+  nacked — its redelivery is served as a first delivery;
+- a final outcome never confirmed: it is already in the acceptance record (recorded before it is
+  published), so the job is nacked and its redelivery republishes it from there, then acks;
+- a redelivery of an accepted job re-announces (and republishes a recorded outcome) with the same
+  bounded retries and is acknowledged only once those are confirmed, nacked otherwise;
+- anything else that goes wrong while serving a job nacks it.
+
+A nack that fails because the broker is away still lets the job go: the transports drop the lease
+before settling it (BullMQ stops renewing its lock, which lapses, and the stalled check returns it;
+a RabbitMQ channel that closed has its unacknowledged messages requeued by the broker; an embedded
+lease lapses). A job returned this way counts a delivery toward its queue's limit. A finished
+job returned may be redelivered to another worker, which has no record of it and runs the
+handler again: the engine accepts one completion of the attempt and records the other as a
+duplicate.
+
 Cancellation requests arrive on the control queue of each served queue and set the matching
 attempt's :attr:`Context.cancelled`. Unclassified exceptions are retryable until the stage has
 crashed ``max_crashes`` times, then terminal. Capabilities are announced with a TTL and renewed
@@ -38,6 +62,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accord.contracts.catalog import Catalog
+from accord.contracts.sealing import Keyring
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.intake import OUTCOMES_QUEUE
 from accord.engine.runtime.outbox import control_queue
@@ -54,6 +79,10 @@ __all__ = ["Observer", "Runtime"]
 Observer = Callable[[str, Job], None]  # ("start", job) on receipt, ("end", job) once answered
 
 log = logging.getLogger("accord.worker")
+
+ANSWER_S = 30.0  # how long acceptance and answers are retried before the job is returned
+RETRY_FIRST_S, RETRY_MAX_S = 0.05, 1.0  # backoff between those tries: doubling, capped
+PULL_RETRY_S = 0.25  # pause before consuming a queue again after its stream failed
 
 
 class Runtime:
@@ -73,8 +102,14 @@ class Runtime:
         drain_s: float = 30.0,
         worker_id: str | None = None,
         observe: Observer | None = None,
+        answer_s: float = ANSWER_S,
+        sealing: Keyring | None = None,
     ) -> None:
+        if answer_s <= 0:
+            raise ValueError("answer_s must be > 0")
+        self._answer_s = answer_s
         self.worker, self.transport, self.catalog = worker, transport, catalog
+        self.sealing = sealing  # opens sealed requests and seals sensitive result fields
         self.acceptance = acceptance or AcceptanceLog()
         self.worker_id = worker_id or f"{worker.name}-{secrets.token_hex(3)}"
         self._announce, self._ttl = announce, announce_ttl_ms
@@ -88,7 +123,9 @@ class Runtime:
         self._held = asyncio.Semaphore(self._prefetch)  # jobs held at once
         self.queues: dict[str, Binding] = {self._queue_of(b): b for b in worker.bindings.values()}
         self.inflight: dict[str, Context] = {}  # fence → context of the running attempt
-        self.stats = {"served": 0, "handler_runs": 0, "reannounced": 0, "quarantined": 0}
+        self.stats = {
+            "served": 0, "handler_runs": 0, "reannounced": 0, "quarantined": 0, "returned": 0,
+        }  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()
 
     def _queue_of(self, binding: Binding) -> str:
@@ -120,17 +157,28 @@ class Runtime:
                 await asyncio.gather(keepalive, return_exceptions=True)
 
     async def _pull(self, queue: str, binding: Binding) -> None:
-        async for delivery in self.transport.consume(queue, self._prefetch):
-            await self._held.acquire()
-            task = asyncio.get_running_loop().create_task(self._guarded(delivery, binding))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        """Take jobs until cancelled; a stream that fails (transport away) is consumed again
+        shortly, so the queue is never left unserved while the worker lives."""
+        while True:
+            try:
+                async for delivery in self.transport.consume(queue, self._prefetch):
+                    await self._held.acquire()
+                    task = asyncio.get_running_loop().create_task(self._guarded(delivery, binding))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                return  # the transport closed
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("consuming %r", queue)
+                await asyncio.sleep(PULL_RETRY_S)
 
     async def _guarded(self, delivery: Delivery, binding: Binding) -> None:
         try:
             await self.serve(delivery, binding)
-        except Exception:  # not acknowledged: the transport redelivers it
-            log.exception("job %s not served", delivery.message_id)
+        except Exception:  # never held unanswered: back to the queue for another try
+            log.exception("job %s not served: returned to its queue", delivery.message_id)
+            await self._return(delivery)
         finally:
             self._held.release()
 
@@ -173,46 +221,60 @@ class Runtime:
     async def serve(self, delivery: Delivery, binding: Binding) -> None:
         try:
             job, payload = wire.read_job(
-                delivery.body, self.catalog, self._contract(binding, "request")
+                delivery.body, self.catalog, self._contract(binding, "request"), self.sealing
             )
         except Poison as exc:
             await self._quarantine(delivery, str(exc))
             return
         except Refused as exc:
-            if self._claim(exc.job, delivery) is None:
-                await self._publish(*outcome(exc.job, "accepted", worker_id=self.worker_id))
+            prior = self._claim(exc.job)
+            if prior is not None:
+                await self._answer_again(exc.job, prior.outcome, delivery)
+            elif await self._accept(exc.job, delivery):
                 refused = failure(exc.code, exc.message, retryable=False)
-                await self._finish(exc.job, outcome(exc.job, *refused))
-            await self._ack(delivery)
+                await self._finish(exc.job, outcome(exc.job, *refused), delivery)
             return
         if self._observe is not None:
             self._observe("start", job)
         async with self._slots:  # from acceptance to the handler's end
-            if self._claim(job, delivery) is not None:
-                await self._ack(delivery)
-                return
-            await self._publish(*outcome(job, "accepted", worker_id=self.worker_id))
-            answer = await self._execute(job, payload, binding)
-        await self._finish(job, answer)
+            prior = self._claim(job)
+            if prior is None:
+                if not await self._accept(job, delivery):
+                    return
+                answer = await self._execute(job, payload, binding)
+        if prior is not None:  # answered again outside the slot: it may wait for the broker
+            await self._answer_again(job, prior.outcome, delivery)
+            return
+        if not await self._finish(job, answer, delivery):
+            return
         if self._observe is not None:
             self._observe("end", job)
-        await self._ack(delivery)
         self.stats["served"] += 1
 
-    def _claim(self, job: Job, delivery: Delivery) -> Any:
+    def _claim(self, job: Job) -> Any:
         """``None`` to go ahead; otherwise the prior record (answered by :meth:`_answer_again`)."""
-        prior = self.acceptance.claim(job.run_id, job.stage, job.attempt, job.fence)
-        if prior is not None:
-            self.stats["reannounced"] += 1
-            task = asyncio.get_running_loop().create_task(self._answer_again(job, prior.outcome))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        return prior
+        return self.acceptance.claim(job.run_id, job.stage, job.attempt, job.fence)
 
-    async def _answer_again(self, job: Job, final: bytes | None) -> None:
-        await self._publish(*outcome(job, "accepted", worker_id=self.worker_id))
-        if final is not None:
-            await self._publish(outcome_message_id(final), final)
+    async def _accept(self, job: Job, delivery: Delivery) -> bool:
+        """Publish ``accepted`` (bounded retries); False if it never was confirmed, and then the
+        claim is released and the job returned to its queue: nobody ran it, nobody knows of it."""
+        if await self._deliver(*outcome(job, "accepted", worker_id=self.worker_id)):
+            return True
+        self.acceptance.release(job.run_id, job.stage, job.attempt, job.fence)
+        await self._return(delivery)
+        return False
+
+    async def _answer_again(self, job: Job, final: bytes | None, delivery: Delivery) -> None:
+        """A redelivery of an accepted job: re-announce it and republish its recorded outcome,
+        then ack — or, if the broker does not confirm them in time, return it for another try."""
+        self.stats["reannounced"] += 1
+        done = await self._deliver(*outcome(job, "accepted", worker_id=self.worker_id))
+        if done and final is not None:
+            done = await self._deliver(outcome_message_id(final), final)
+        if done:
+            await self._ack(delivery)
+        else:
+            await self._return(delivery)
 
     async def _execute(
         self, job: Job, payload: dict[str, Any], binding: Binding
@@ -248,7 +310,9 @@ class Runtime:
         self.stats["handler_runs"] += 1
         try:
             result = await self._call(binding, payload, ctx)
-            final = wire.check_result(self.catalog, self._contract(binding, "result"), result)
+            final = wire.check_result(
+                self.catalog, self._contract(binding, "result"), result, self.sealing
+            )
         except StageFailed as exc:
             final = failure(exc.failure_code, exc.reason, retryable=exc.retryable)
         except Exception as exc:
@@ -280,20 +344,54 @@ class Runtime:
         n = 0
         while True:
             n += 1
-            await self._publish(*outcome(job, "heartbeat", {"at": time.time()}, seq=n))
+            try:
+                await self._publish(*outcome(job, "heartbeat", {"at": time.time()}, seq=n))
+            except Exception as exc:  # the broker away: the next beat tries again
+                log.warning("heartbeat of job %s not sent: %s", job.message_id, exc)
             await asyncio.sleep(self._heartbeat_ms / 1000)
 
-    async def _finish(self, job: Job, answer: tuple[str, bytes]) -> None:
+    async def _finish(self, job: Job, answer: tuple[str, bytes], delivery: Delivery) -> bool:
+        """Record the final outcome, publish it (bounded retries) and ack; if it is never
+        confirmed the job is returned, and its redelivery republishes it from the record."""
         message_id, body = answer
         self.acceptance.finish(job.run_id, job.stage, job.attempt, job.fence, body)
-        await self._publish(message_id, body)
+        if await self._deliver(message_id, body):
+            await self._ack(delivery)
+            return True
+        await self._return(delivery)
+        return False
 
     async def _publish(self, message_id: str, body: bytes) -> None:
         await self.outcomes.publish(message_id, body)
 
+    async def _deliver(self, message_id: str, body: bytes) -> bool:
+        """Publish, trying again with backoff for up to ``answer_s``; whether it was confirmed.
+        Each try is bounded by the time left, so a publish that hangs cannot hold the job."""
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + self._answer_s, RETRY_FIRST_S
+        while True:
+            try:
+                await asyncio.wait_for(self._publish(message_id, body), deadline - loop.time())
+                return True
+            except Exception as exc:  # TimeoutError included: the time is up
+                left = deadline - loop.time()
+                if left <= 0:
+                    log.warning("outcome %s not confirmed in %.0f s: %s", message_id,
+                                self._answer_s, str(exc) or type(exc).__name__)  # fmt: skip
+                    return False
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, RETRY_MAX_S)
+
     async def _ack(self, delivery: Delivery) -> None:
         with contextlib.suppress(Exception):  # a lapsed lease: the redelivery is answered
             await self.transport.ack(delivery)
+
+    async def _return(self, delivery: Delivery) -> None:
+        """Give a job back for redelivery. A nack that fails (the broker away) still lets it go:
+        the transport has dropped its lease, which lapses (see the module docstring)."""
+        self.stats["returned"] += 1
+        with contextlib.suppress(Exception):
+            await self.transport.nack(delivery)
 
     async def _quarantine(self, delivery: Delivery, reason: str) -> None:
         log.warning("quarantined job %s: %s", delivery.message_id, reason)

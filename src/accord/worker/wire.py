@@ -9,6 +9,11 @@ A job is read in a fixed order, each step refusing rather than repairing:
    them no outcome can name the attempt, so the job is *poison* (quarantined, never answered);
 3. envelope contract (``envelope@1``) and then the capability's request contract, defaults applied
    only where a field is missing. A failure here is answered as a terminal ``invalid-request``.
+   Sealed fields (:mod:`accord.contracts.sealing`) are opened first, with the worker's keyring,
+   so the contract checks, and the handler sees, the clear value; a result leaves with the
+   fields its contract marks sensitive sealed again (:func:`check_result`), and every outcome
+   answering the job is scrubbed of the values that arrived sealed (an error message quoting
+   one says ``***``).
 
 Outcome ids derive from the job's message id, so a redelivered job yields the same ids and the
 transport drops the copies; heartbeats and progress carry a sequence number. Capabilities are
@@ -18,13 +23,17 @@ writes straight to a store).
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from accord.contracts.catalog import Catalog
 from accord.contracts.model import MessageContract
+from accord.contracts.redact import scrub, scrub_pattern
+from accord.contracts.sealing import Keyring, SealingError, open_all, seal_fields, sealed_found
 from accord.contracts.validate import DEFAULT_MAX_BYTES, Validator
 from accord.engine.ports import Delivery
 from accord.engine.runtime.wire import (
@@ -67,6 +76,9 @@ class Job:
     stage: str
     attempt: int
     fence: str
+    # the values that arrived sealed, as a pattern: every outcome answering the job is scrubbed
+    # of them, so a handler's error message cannot carry one back in clear
+    opened: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def message_id(self) -> str:
@@ -86,9 +98,14 @@ def violations_text(violations: tuple[FieldViolation, ...]) -> str:
 
 
 def read_job(
-    body: bytes, catalog: Catalog | None, request_ref: str | None
+    body: bytes,
+    catalog: Catalog | None,
+    request_ref: str | None,
+    keyring: Keyring | None = None,
 ) -> tuple[Job, dict[str, Any]]:
-    """The job and its validated payload; raises :class:`Poison` or :class:`Refused`."""
+    """The job and its validated payload, sealed fields opened with ``keyring``; raises
+    :class:`Poison` or :class:`Refused` (``unsealable-request`` for a sealed field that cannot
+    be opened: no key, a key the ring lacks, or an altered token)."""
     envelope_contract = catalog.message("envelope@1") if catalog else None
     limit = (envelope_contract.max_bytes if envelope_contract else None) or DEFAULT_MAX_BYTES
     if len(body) > limit:
@@ -107,6 +124,14 @@ def read_job(
     payload = doc.get("payload")
     if not isinstance(payload, dict):
         raise Refused(job, "invalid-request", "payload: must be an object")
+    opened: list[Any] = []
+    try:
+        payload = open_all(payload, keyring, opened)
+    except SealingError as exc:
+        where = ", ".join(f"payload.{p}" for p in sealed_found(payload)[:5])
+        raise Refused(job, "unsealable-request", f"{where}: {exc}") from None
+    if opened:
+        job = dataclasses.replace(job, opened=scrub_pattern(opened))
     request = catalog.message(request_ref) if catalog and request_ref else None
     if request is None:
         return job, dict(payload)
@@ -155,6 +180,8 @@ def outcome(
 ) -> tuple[str, bytes]:
     """``(message id, body)`` of an outcome envelope answering ``job``."""
     message_id = outcome_id(job.message_id, kind, seq)
+    if job.opened is not None and payload is not None:
+        payload = scrub(payload, job.opened)
     body = encode_outcome(
         message_id, kind, run_id=job.run_id, stage=job.stage, attempt=job.attempt,
         fence=job.fence, tenant=job.envelope.get("tenant", ""), payload=payload,
@@ -190,9 +217,10 @@ def store_announcer(store: Any, now_ms: Callable[[], int] | None = None) -> Anno
 
 
 def check_result(
-    catalog: Catalog | None, result_ref: str | None, result: Any
+    catalog: Catalog | None, result_ref: str | None, result: Any, keyring: Keyring | None = None
 ) -> tuple[str, dict[str, Any]]:
-    """``("succeeded", normalised result)``, or a terminal ``invalid-result`` failure."""
+    """``("succeeded", normalised result)``, or a terminal ``invalid-result`` failure. With a
+    ``keyring``, the fields the result contract marks sensitive leave sealed."""
     if not isinstance(result, dict):
         return failure("invalid-result", "the handler returned no object", retryable=False)
     contract = catalog.message(result_ref) if catalog and result_ref else None
@@ -201,4 +229,6 @@ def check_result(
     checked = Validator.for_contract(contract).validate(result)
     if not checked.ok:
         return failure("invalid-result", violations_text(checked.violations), retryable=False)
+    if keyring is not None:
+        return "succeeded", dict(seal_fields(contract, checked.value, keyring))
     return "succeeded", dict(checked.value)

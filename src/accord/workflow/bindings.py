@@ -16,6 +16,10 @@ The resolver is pure: :func:`resolve_inputs` walks literal dicts/lists, replaces
 and raises :class:`BindingError` with exactly one of three codes — ``binding-missing`` (a key or
 stage result is absent), ``binding-null`` (present but ``null``), ``binding-type`` (present with
 the wrong type for ``Binding.expected_type``, or a path step through a non-object).
+
+A sealed value (:mod:`accord.contracts.sealing`, a string token standing for a sensitive field)
+binds wherever its field's type is expected: the machine never sees inside it, the part that
+opens it checks it. A path *into* a sealed value is ``binding-type`` (it is not an object here).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from accord.contracts.sealing import is_sealed
 from accord.errors import AccordError
 from accord.workflow.values import Binding, InputValue
 
@@ -188,7 +193,11 @@ def resolve_binding(
         current = current[key]
     if current is None:
         raise BindingError("binding-null", where, f"{binding.raw}: value is null")
-    if binding.expected_type and not type_matches(binding.expected_type, current):
+    if (
+        binding.expected_type
+        and not type_matches(binding.expected_type, current)
+        and not is_sealed(current)  # a sealed value has the type of what it seals
+    ):
         raise BindingError(
             "binding-type",
             where,

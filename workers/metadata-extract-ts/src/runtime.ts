@@ -21,7 +21,7 @@
  * the engine is a new attempt with a new fence, hence a new key, and runs normally.
  */
 
-import { validate } from "@accord/contracts";
+import { Keyring, openAll, SealingError, validate } from "@accord/contracts";
 import { Queue, UnrecoverableError, Worker, type Job } from "bullmq";
 import IORedis from "ioredis";
 
@@ -44,6 +44,7 @@ export class MetadataWorker {
   private readonly outcomes: Queue;
   private worker: Worker | undefined;
   private readonly storage: StorageMap;
+  private readonly keyring: Keyring | undefined;
   served = 0;
 
   constructor(readonly config: WorkerConfig, private readonly log: (event: Record<string, unknown>) => void = () => {}) {
@@ -51,6 +52,7 @@ export class MetadataWorker {
     this.redis = new IORedis({ host: t.host, port: t.port, db: t.db, maxRetriesPerRequest: null });
     this.outcomes = new Queue(config.outcomes, { connection: this.redis, prefix: t.prefix });
     this.storage = new StorageMap(config.storage);
+    this.keyring = Keyring.fromEnv(); // a malformed key stops the worker before it takes a job
   }
 
   async start(): Promise<void> {
@@ -125,6 +127,7 @@ export class MetadataWorker {
 
   private async work(id: JobIdentity, envelope: Record<string, unknown>): Promise<Outcome> {
     let beats = 0;
+    const opened: string[] = []; // the text of values that arrived sealed, scrubbed from failures
     const timer = setInterval(() => {
       beats += 1;
       this.publish(outcome(id, "heartbeat", { at: Date.now() / 1000 }, beats)).catch((error) =>
@@ -141,10 +144,19 @@ export class MetadataWorker {
         const got = `${String(envelope.messageType)}@${String(envelope.contractVersion)}`;
         throw new WorkFailure("unsupported-contract", `${CAPABILITY} takes ${REQUEST.name}@${REQUEST.version}, not ${got}`);
       }
-      const result = await extract(envelope.payload, id.tenant, { storage: this.storage, inputBytes: this.config.inputBytes });
+      let payload: unknown;
+      try {
+        payload = openAll(envelope.payload, this.keyring);
+      } catch (error) {
+        if (!(error instanceof SealingError)) throw error;
+        throw new WorkFailure("unsealable-request", `the request has a sealed field this worker cannot open: ${error.message}`);
+      }
+      collectOpened(envelope.payload, payload, opened);
+      const result = await extract(payload, id.tenant, { storage: this.storage, inputBytes: this.config.inputBytes });
       return outcome(id, "succeeded", result as unknown as Record<string, unknown>);
     } catch (error) {
       const failure = failurePayload(error);
+      for (const value of opened) failure.message = failure.message.split(value).join("***");
       this.log({ event: "failed", runId: id.runId, stage: id.stage, ...failure });
       return outcome(id, "failed", { ...failure });
     } finally {
@@ -156,5 +168,24 @@ export class MetadataWorker {
     await this.worker?.close();
     await this.outcomes.close();
     this.redis.disconnect();
+  }
+}
+
+/** Add to `into` the text of every value of `opened` that was a sealed token in `sealed`. */
+function collectOpened(sealed: unknown, opened: unknown, into: string[]): void {
+  if (typeof sealed === "string") {
+    if (sealed !== opened && opened !== null && opened !== undefined) {
+      const text = typeof opened === "string" ? opened : JSON.stringify(opened);
+      if (text.length > 0) into.push(text);
+    }
+    return;
+  }
+  if (Array.isArray(sealed) && Array.isArray(opened)) {
+    sealed.forEach((item, i) => collectOpened(item, opened[i], into));
+    return;
+  }
+  if (sealed !== null && typeof sealed === "object" && opened !== null && typeof opened === "object") {
+    const o = opened as Record<string, unknown>;
+    for (const [name, member] of Object.entries(sealed)) collectOpened(member, o[name], into);
   }
 }

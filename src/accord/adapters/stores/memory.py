@@ -143,6 +143,30 @@ class MemoryStore:
         hits.sort(key=lambda h: (h[0], h[1]))
         return [StoredRun(rid, run.version, json.loads(run.state)) for _, rid, run in hits[:limit]]
 
+    async def prune(self, ended_before_ms: int, limit: int) -> int:
+        """Remove up to ``limit`` ended runs last committed before ``ended_before_ms`` (see
+        :meth:`~accord.engine.ports.Store.prune`), :data:`~accord.adapters._store_rules.PRUNE_STEP`
+        at a time, yielding to the loop between steps."""
+        removed = 0
+        while removed < limit:
+            async with self._lock:
+                ended = sorted(
+                    (run.updated_at, run_id)
+                    for run_id, run in self._runs.items()
+                    if run.columns.get("status") in rules.ENDED and run.updated_at < ended_before_ms
+                )[: min(rules.PRUNE_STEP, limit - removed)]
+                gone = {run_id for _, run_id in ended}
+                for run_id in gone:
+                    del self._runs[run_id]
+                for rows in (self._timers, self._outbox):
+                    for item_id in [i for i, row in rows.items() if row.item[1] in gone]:
+                        del rows[item_id]
+            removed += len(gone)
+            if len(gone) < rules.PRUNE_STEP:
+                break
+            await asyncio.sleep(0)
+        return removed
+
     async def put_plan(self, digest: str, document: dict[str, Any]) -> None:
         text = rules.dump(document, "plan")
         known = self._plans.setdefault(digest, text)

@@ -226,6 +226,38 @@ class SqliteStore(SqliteCatalog):
                 "outbox_done",
             )
 
+    async def prune(self, ended_before_ms: int, limit: int) -> int:
+        """Remove up to ``limit`` ended runs last committed before ``ended_before_ms`` (see
+        :meth:`~accord.engine.ports.Store.prune`). Each step is one write transaction of at most
+        :data:`~accord.adapters._store_rules.PRUNE_STEP` runs, found through the ``updated_at``
+        index; their timers and outbox rows are found by a scan of those tables, which hold
+        only pending work."""
+        ended = ",".join("?" * len(rules.ENDED))
+
+        def step(conn: sqlite3.Connection, count: int) -> int:
+            rows = conn.execute(
+                f"SELECT run_id FROM accord_runs WHERE updated_at < ? AND status IN ({ended})"
+                " ORDER BY updated_at LIMIT ?",
+                (ended_before_ms, *rules.ENDED, count),
+            ).fetchall()
+            if rows:
+                ids = json.dumps([r[0] for r in rows])
+                pruned = "(SELECT value FROM json_each(?))"
+                conn.execute(f"DELETE FROM accord_runs WHERE run_id IN {pruned}", (ids,))
+                conn.execute(f"DELETE FROM accord_history WHERE run_id IN {pruned}", (ids,))
+                conn.execute(f"DELETE FROM accord_timers WHERE run_id IN {pruned}", (ids,))
+                conn.execute(f"DELETE FROM accord_outbox WHERE run_id IN {pruned}", (ids,))
+            return len(rows)
+
+        removed = 0
+        while removed < limit:
+            count = min(rules.PRUNE_STEP, limit - removed)
+            done = await self.db.write(functools.partial(step, count=count), "prune")
+            removed += done
+            if done < count:
+                break
+        return removed
+
     async def close(self) -> None:
         if self._owns_db:
             await self.db.close()

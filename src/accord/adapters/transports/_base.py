@@ -43,7 +43,7 @@ from urllib.parse import parse_qsl
 
 from accord.adapters._store_rules import int_option
 from accord.adapters.clock import SystemClock
-from accord.engine.ports import Clock, Delivery
+from accord.engine.ports import Clock, DeadLetter, Delivery
 from accord.errors import TransportError
 
 __all__ = [
@@ -142,6 +142,16 @@ class TransportBase:
             Delivery(queue, d["message_id"], d["body"], d["delivery_count"], receipt="")
             for d in await self.dead_letter_details(queue)
         ]
+
+    async def dead_letter_records(self, queue: str) -> list[DeadLetter]:
+        """:meth:`dead_letter_details` as :class:`~accord.engine.ports.DeadLetter` records."""
+        return [
+            DeadLetter(
+                queue, d["message_id"], d["body"], d["delivery_count"], d.get("reason") or "",
+                d.get("dead_at_ms") or 0,
+            )
+            for d in await self.dead_letter_details(queue)
+        ]  # fmt: skip
 
 
 def check_prefetch(queue: str, prefetch: int) -> None:

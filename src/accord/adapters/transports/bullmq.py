@@ -62,7 +62,8 @@ import contextlib
 import itertools
 import json
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -101,7 +102,7 @@ from accord.adapters.transports._bullmq_consume import (
     raw_data,
     read_job,
 )
-from accord.engine.ports import Clock, Delivery
+from accord.engine.ports import Clock, Delivery, Waiting
 from accord.errors import TransportError
 
 __all__ = ["BullmqTransport", "job_id_for", "message_id_of"]
@@ -116,6 +117,11 @@ DEAD_COUNT = 1_000  # dead letters a queue keeps at most
 _MOVE_BACK = lua_source("moveJobFromActiveToWait-9.lua")
 _COMPLETED_AT = 'return redis.call("ZSCORE", KEYS[1], ARGV[1])'  # when a job completed, if it did
 _UNMARK = 'return redis.call("ZREM", KEYS[1], "0")'  # drop the marker's "jobs waiting" member
+
+
+def _glob(text: str) -> str:
+    """``text`` with Redis glob characters escaped, to match it literally."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _stamp(value: Any) -> int:
@@ -389,13 +395,23 @@ class BullmqTransport(TransportBase):
     async def dead_letter_details(self, queue: str) -> list[dict[str, Any]]:
         """Jobs in the failed set, oldest first: ``message_id``, ``body``, ``delivery_count``
         (deliveries handed out), ``reason``, ``dead_at_ms``. Reading them removes nothing."""
+        return [record for _, record in await self._failed_jobs(queue)]
+
+    async def _failed_jobs(self, queue: str) -> list[tuple[str, dict[str, Any]]]:
+        """``(job id, dead-letter record)`` of each job in the failed set, oldest first."""
         ops = self.ops(queue)
-        ids = [str(i) for i in await self.redis.zrange(self.queue(queue).toKey("failed"), 0, -1)]
         names = ("data", "failedReason", "ats", "finishedOn", DEAD_AT)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for job_id in ids:  # read raw: data nobody can read is listed, not a failure here
-                pipe.hmget(ops.prefix + job_id, names)
-            rows = await pipe.execute()
+        try:
+            failed = await self.redis.zrange(self.queue(queue).toKey("failed"), 0, -1)
+            ids = [str(i) for i in failed]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for job_id in ids:  # read raw: data nobody can read is listed, not a failure
+                    pipe.hmget(ops.prefix + job_id, names)
+                rows = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise TransportError(
+                f"cannot read the dead letters of {queue!r}: {exc}", retryable=True
+            ) from exc
         jobs = sorted(
             ((_stamp(row[3]), job_id, row) for job_id, row in zip(ids, rows, strict=True)),
             key=lambda j: (j[0], j[1]),
@@ -408,16 +424,112 @@ class BullmqTransport(TransportBase):
                 message_id, body = read_job(job_id, data)
             except Unreadable:
                 message_id, body = raw_data(job_id, data)
-            out.append(
-                {
-                    "message_id": message_id,
-                    "body": body,
-                    "delivery_count": _stamp(started) - (1 if lapsed else 0),
-                    "reason": reason,
-                    "dead_at_ms": _stamp(stamp) or finished,
-                }
-            )
+            record = {
+                "message_id": message_id,
+                "body": body,
+                "delivery_count": _stamp(started) - (1 if lapsed else 0),
+                "reason": reason,
+                "dead_at_ms": _stamp(stamp) or finished,
+            }
+            out.append((job_id, record))
         return out
+
+    # -- operating on what was refused (QueueAdmin) --------------------------------------------
+
+    async def queue_names(self) -> list[str]:
+        """Queues with a job waiting, delayed, active or failed under this prefix (Redis drops
+        an empty list or set, so a key's presence is the answer)."""
+        head = f"{self.prefix}:"
+        states = ("wait", "paused", "delayed", "prioritized", "active", "failed")
+        found: set[str] = set()
+        try:
+            async for key in self.redis.scan_iter(match=f"{_glob(head)}*", count=1000):
+                name, _, state = str(key)[len(head) :].rpartition(":")
+                if name and state in states:
+                    found.add(name)
+        except (RedisError, OSError) as exc:
+            raise TransportError(f"cannot list queues: {exc}", retryable=True) from exc
+        return sorted(found)
+
+    async def _waiting_jobs(self, queue: str, limit: int) -> list[tuple[str, Waiting]]:
+        """``(job id, message)`` of the jobs not yet finished, oldest first (read raw: data
+        nobody can read is listed, as in :meth:`dead_letter_details`)."""
+        if limit <= 0:
+            return []
+        q = self.queue(queue)
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for state in ("wait", "paused", "active"):
+                    pipe.lrange(q.toKey(state), 0, -1)
+                for state in ("prioritized", "delayed"):
+                    pipe.zrange(q.toKey(state), 0, -1)
+                wait, paused, active, prioritized, delayed = await pipe.execute()
+            # the head of the line is the right end of a BullMQ list
+            ids = [*reversed(active), *reversed(wait), *reversed(paused), *prioritized, *delayed]
+            ids = list(dict.fromkeys(str(i) for i in ids))
+            names = ("data", "ats", "timestamp")
+            prefix = self.ops(queue).prefix
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.hmget(prefix + job_id, names)
+                rows = await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise TransportError(f"cannot read queue {queue!r}: {exc}", retryable=True) from exc
+        out = []
+        for job_id, (data, started, stamp) in zip(ids, rows, strict=True):
+            if data is None:
+                continue  # finished and removed meanwhile
+            try:
+                message_id, body = read_job(job_id, data)
+            except Unreadable:
+                message_id, body = raw_data(job_id, data)
+            out.append((job_id, Waiting(queue, message_id, body, _stamp(started), _stamp(stamp))))
+        out.sort(key=lambda j: (j[1].published_at_ms, j[0]))
+        return out[: max(limit, 0)]
+
+    async def waiting(self, queue: str, limit: int = 1000) -> list[Waiting]:
+        return [w for _, w in await self._waiting_jobs(queue, limit)]
+
+    async def remove(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        """Remove waiting jobs by message id, with BullMQ's ``removeJob`` (a job locked by a
+        consumer is left alone)."""
+        wanted = set(message_ids)
+        ops = self.ops(queue)
+        jobs = [(j, w.message_id) for j, w in await self._waiting_jobs(queue, 1 << 30)]
+        done = []
+        try:
+            remove = ops.commands["removeJob"]
+            for job_id, message_id in jobs:
+                if message_id in wanted:
+                    got = await remove(keys=[ops.prefix + job_id, ops.repeat],
+                                       args=[job_id, 0, ops.prefix])  # fmt: skip
+                    if got == 1:
+                        done.append(message_id)
+        except (RedisError, OSError) as exc:
+            raise TransportError(f"removing from {queue!r} failed: {exc}", retryable=True) from exc
+        return list(dict.fromkeys(done))
+
+    async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        """Failed jobs back to the wait list with BullMQ's ``reprocessJob``, their attempt
+        counts reset: the job moves in one script, so it is never lost."""
+        wanted = set(message_ids)
+        scripts = self.ops(queue).scripts
+        done = []
+        try:
+            for job_id, record in await self._failed_jobs(queue):
+                if record["message_id"] not in wanted:
+                    continue
+                job = SimpleNamespace(id=job_id, opts={})
+                reset = {"resetAttemptsMade": True, "resetAttemptsStarted": True}
+                try:
+                    await scripts.reprocessJob(job, "failed", reset)
+                except TypeError:  # BullMQ's error codes: it left the failed set meanwhile
+                    continue
+                await self.redis.hdel(self.ops(queue).prefix + job_id, DEAD_AT, "stacktrace")
+                done.append(record["message_id"])
+        except (RedisError, OSError) as exc:
+            raise TransportError(f"redriving {queue!r} failed: {exc}", retryable=True) from exc
+        return list(dict.fromkeys(done))
 
     async def close(self) -> None:
         self._closed = True

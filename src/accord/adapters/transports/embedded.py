@@ -33,6 +33,7 @@ from accord.engine.ports import (
     JointCommit,
     QueuedMessage,
     Store,
+    Waiting,
 )
 
 __all__ = ["SCHEMA", "EmbeddedTransport"]
@@ -224,6 +225,58 @@ class EmbeddedTransport(QueueTransport):
             ]
 
         return await self.db.read(read, "dead_letters", "transport")
+
+    # ---- operating on what was refused (QueueAdmin) ----
+
+    async def queue_names(self) -> list[str]:
+        """Queues with a message waiting or a dead letter."""
+        sql = "SELECT DISTINCT queue FROM accord_queue WHERE state IN (0, 2) ORDER BY queue"
+        return await self.db.read(
+            lambda c: [r[0] for r in c.execute(sql)], "queue_names", "transport"
+        )
+
+    async def waiting(self, queue: str, limit: int = 1000) -> list[Waiting]:
+        """Messages waiting (or leased) on ``queue``, oldest first, read in place."""
+        sql = (
+            "SELECT message_id, body, deliveries, published_at FROM accord_queue"
+            " WHERE queue = ? AND state = 0 ORDER BY published_at, rowid LIMIT ?"
+        )
+
+        def read(conn: sqlite3.Connection) -> list[Waiting]:
+            rows = conn.execute(sql, (queue, max(limit, 0)))
+            return [Waiting(queue, m, bytes(b), n, at) for m, b, n, at in rows]
+
+        return await self.db.read(read, "waiting", "transport")
+
+    async def remove(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        """Delete waiting messages by id (the id is then unknown: a republish is new)."""
+        sql = (
+            "DELETE FROM accord_queue WHERE queue = ? AND state = 0 AND message_id = ?"
+            " RETURNING message_id"
+        )
+        ids = list(dict.fromkeys(message_ids))
+
+        def remove(conn: sqlite3.Connection) -> list[str]:
+            return [r[0] for m in ids for r in conn.execute(sql, (queue, m)).fetchall()]
+
+        return await self.db.write(remove, "remove", "transport")
+
+    async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        """Dead letters back to ready in place, one transaction: never lost, counted afresh."""
+        now = self.clock.now_ms()
+        sql = (
+            "UPDATE accord_queue SET state = 0, deliveries = 0, avail_at = ?, receipt = NULL,"
+            " settled_at = NULL, reason = NULL WHERE queue = ? AND state = 2 AND message_id = ?"
+            " RETURNING message_id"
+        )
+        ids = list(dict.fromkeys(message_ids))
+
+        def redrive(conn: sqlite3.Connection) -> list[str]:
+            return [r[0] for m in ids for r in conn.execute(sql, (now, queue, m)).fetchall()]
+
+        done = await self.db.write(redrive, "redrive", "transport")
+        self._wake(queue)
+        return done
 
     async def close(self) -> None:
         await super().close()

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from accord.adapters.transports._base import QueueOptions, QueueTransport
-from accord.engine.ports import Clock, Delivery
+from accord.engine.ports import Clock, Delivery, Waiting
 
 __all__ = ["MemoryTransport"]
 
@@ -154,3 +154,43 @@ class MemoryTransport(QueueTransport):
              "reason": m.reason, "published_at_ms": m.published_at, "dead_at_ms": m.settled_at}
             for _, _, mid, m in dead
         ]  # fmt: skip
+
+    # -- operating on what was refused (QueueAdmin) --------------------------------------------
+
+    async def queue_names(self) -> list[str]:
+        """Queues with a message waiting or a dead letter."""
+        return sorted(
+            q
+            for q, ms in self._queues.items()
+            if any(m.state in (READY, DEAD) for m in ms.values())
+        )
+
+    async def waiting(self, queue: str, limit: int = 1000) -> list[Waiting]:
+        ready = sorted(
+            (m.published_at, m.order, mid, m) for mid, m in self._ready.get(queue, {}).items()
+        )
+        return [
+            Waiting(queue, mid, m.body, m.deliveries, m.published_at)
+            for _, _, mid, m in ready[: max(limit, 0)]
+        ]
+
+    async def remove(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        done = []
+        for message_id in dict.fromkeys(message_ids):
+            if self._ready.get(queue, {}).pop(message_id, None) is not None:
+                del self._queues[queue][message_id]
+                done.append(message_id)
+        return done
+
+    async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        now, done = self.clock.now_ms(), []
+        for message_id in dict.fromkeys(message_ids):
+            message = self._queues.get(queue, {}).get(message_id)
+            if message is None or message.state != DEAD:
+                continue
+            message.state, message.deliveries, message.avail_at = READY, 0, now
+            message.reason, message.settled_at, message.receipt = "", 0, None
+            self._ready.setdefault(queue, {})[message_id] = message
+            done.append(message_id)
+        self._wake(queue)
+        return done

@@ -52,7 +52,7 @@ import asyncio
 import struct
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -60,7 +60,13 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractRobustConnection
 from aiormq.abc import ChannelFrame
-from aiormq.exceptions import AMQPError, ChannelInvalidStateError, DeliveryError, PublishError
+from aiormq.exceptions import (
+    AMQPError,
+    ChannelInvalidStateError,
+    ChannelNotFoundEntity,
+    DeliveryError,
+    PublishError,
+)
 from pamqp.commands import Basic
 
 from accord.adapters._store_rules import int_option, prefix_option
@@ -76,10 +82,12 @@ from accord.adapters.transports._rabbitmq_consume import (
     Acks,
     ConsumerStream,
     Held,
+    dead_letter_record,
+    delivery_count,
     read_dead_letters,
     settle,
 )
-from accord.engine.ports import Clock, Delivery
+from accord.engine.ports import Clock, DeadLetter, Delivery, Waiting
 from accord.errors import TransportError
 
 __all__ = ["DEAD_EXCHANGE", "RabbitmqTransport", "publish_frames"]
@@ -436,6 +444,132 @@ class RabbitmqTransport(TransportBase):
         name = await self.declare(queue)
         assert self.connection is not None
         return await read_dead_letters(self.connection, f"{name}.dead", self.options.limit(queue))
+
+    # -- operating on what was refused (QueueAdmin) --------------------------------------------
+
+    async def queue_names(self) -> None:
+        """AMQP cannot list a vhost's queues: the caller names them."""
+        return None
+
+    async def _existing(self, name: str) -> aio_pika.abc.AbstractQueue | None:
+        """The broker queue ``name`` on a private channel (closed with it), or None when there
+        is no such queue: looking never declares one."""
+        await self._channel()
+        assert self.connection is not None
+        channel = await self.connection.channel()
+        try:
+            found = await channel.declare_queue(name, passive=True)
+        except ChannelNotFoundEntity:
+            return None  # the broker closed the channel
+        except BaseException:
+            await channel.close()
+            raise
+        if name.startswith(self.prefix):
+            # it exists: publish to it as it is, whatever arguments it was declared with (an
+            # operator's URL need not repeat the fleet's delivery limit)
+            self._names.setdefault(name[len(self.prefix) :], name)
+        return found
+
+    async def _admin(self, name: str, what: str) -> aio_pika.abc.AbstractQueue | None:
+        try:
+            return await self._existing(name)
+        except (AMQPError, OSError) as exc:
+            raise TransportError(f"cannot {what}: {exc}", retryable=True) from exc
+
+    async def _rotate(
+        self, queue: str, drop: set[str], limit: int
+    ) -> tuple[list[Waiting], list[str]]:
+        """Read ``queue`` in place: each message is taken and either dropped (its id is in
+        ``drop``) or published again as a confirmed copy before the original is acknowledged.
+        A quorum queue counts a message taken and returned as a delivery, and past its limit
+        dead-letters it, so merely looking must not return messages; a copy starts afresh."""
+        name = self.prefix + queue
+        found = await self._admin(name, f"read queue {queue!r}")
+        if found is None:
+            return [], []
+        seen: list[Waiting] = []
+        dropped: list[str] = []
+        count = found.declaration_result.message_count or 0
+        try:
+            for _ in range(min(count, limit)):
+                message = await found.get(no_ack=False, fail=False)
+                if message is None:
+                    break
+                message_id = message.message_id or ""
+                if message_id in drop:
+                    await message.ack()
+                    dropped.append(message_id)
+                    continue
+                headers = {
+                    k: v
+                    for k, v in (message.headers or {}).items()
+                    if k not in ("x-delivery-count", "x-death")
+                }
+                previous = delivery_count(message.headers) - 1
+                seen.append(Waiting(queue, message_id, message.body, previous, 0))
+                await self._send(queue, message_id, message.body, headers or None)
+                await message.ack()
+        except (AMQPError, OSError) as exc:
+            raise TransportError(f"reading queue {queue!r} failed: {exc}", retryable=True) from exc
+        finally:
+            await found.channel.close()
+        return seen, dropped
+
+    async def waiting(self, queue: str, limit: int = 1000) -> list[Waiting]:
+        """What waits on ``queue``, oldest first, each message cycled through a fresh copy (see
+        :meth:`_rotate`); the broker does not say when one was published (0)."""
+        return (await self._rotate(queue, set(), max(limit, 0)))[0]
+
+    async def remove(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        dropped = (await self._rotate(queue, set(message_ids), 1 << 30))[1]
+        return list(dict.fromkeys(dropped))
+
+    async def dead_letter_records(self, queue: str) -> list[DeadLetter]:
+        """What ``queue.dead`` holds, without declaring anything when it does not exist."""
+        name = f"{self.prefix}{queue}.dead"
+        if await self._admin(name, f"read the dead letters of {queue!r}") is None:
+            return []
+        assert self.connection is not None
+        try:
+            found = await read_dead_letters(self.connection, name, self.options.limit(queue))
+        except (AMQPError, OSError) as exc:
+            raise TransportError(f"cannot read the dead letters of {queue!r}: {exc}",
+                                 retryable=True) from exc  # fmt: skip
+        return [
+            DeadLetter(queue, d["message_id"], d["body"], d["delivery_count"], d["reason"],
+                       d["dead_at_ms"])
+            for d in found
+        ]  # fmt: skip
+
+    async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
+        """Each matching record of ``queue.dead`` is published to ``queue`` as a new message
+        (confirmed, so counted afresh) and only then acknowledged out of the dead letters; the
+        others go back untouched when the private channel closes."""
+        wanted = set(message_ids)
+        found = await self._admin(f"{self.prefix}{queue}.dead", f"redrive {queue!r}")
+        if found is None:
+            return []
+        target = await self._admin(self.prefix + queue, f"redrive {queue!r}")
+        if target is not None:
+            await target.channel.close()
+        done = []
+        limit = self.options.limit(queue)
+        try:
+            for _ in range(found.declaration_result.message_count or 0):
+                message = await found.get(no_ack=False, fail=False)
+                if message is None:
+                    break
+                record = dead_letter_record(message, limit)
+                if record["message_id"] not in wanted:
+                    continue
+                await self._send(queue, record["message_id"], message.body, None)
+                await message.ack()
+                done.append(record["message_id"])
+        except (AMQPError, OSError) as exc:
+            raise TransportError(f"redriving {queue!r} failed: {exc}", retryable=True) from exc
+        finally:
+            await found.channel.close()
+        return list(dict.fromkeys(done))
 
     async def close(self) -> None:
         self._closed = True

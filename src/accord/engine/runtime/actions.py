@@ -8,7 +8,10 @@ never touches the store: it turns the handler's outcome into a ``StageSucceeded`
 ``StageFailed`` event for the attempt named in the envelope and hands it to ``deliver``; the
 machine decides, by run, stage, attempt and fence, whether it still counts. Running an action
 twice (a republished outbox entry) therefore yields one effective completion (I2); handlers get
-the envelope's idempotency key for their own side effects. An outcome whose commit meets a
+the envelope's idempotency key for their own side effects. Sensitive inputs arrive sealed
+(:mod:`accord.contracts.sealing`) and are opened here, with the engine's keyring, just before the
+handler runs (an input that cannot be opened fails the attempt as ``unsealable-input``); the
+handler's result is sealed again where the engine commits it. An outcome whose commit meets a
 retryable store error is committed again in place for a while
 (:mod:`accord.engine.runtime.holding`), so a short store outage does not make the outbox sweep run
 the action, and its side effects, again.
@@ -22,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from accord.contracts.sealing import Keyring, SealingError, open_all
 from accord.engine.machine.events import Event, StageFailed, StageSucceeded
 from accord.engine.runtime.holding import Hold
 from accord.errors import StageFailed as HandlerFailed
@@ -90,6 +94,7 @@ class ActionExecutor:
         self.hold = hold or Hold()
         self._on_done = on_done
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.keyring: Keyring | None = None  # opens the sealed inputs (the engine sets it)
 
     def submit(self, entry_id: str, run_id: str, payload: Mapping[str, Any]) -> None:
         if entry_id in self._tasks:  # already running here; a republish changes nothing
@@ -139,9 +144,18 @@ class ActionExecutor:
             )
         else:
             try:
-                result = await handler(dict(envelope.get("payload") or {}), ctx)
+                inputs = open_all(dict(envelope.get("payload") or {}), self.keyring)
+                result = await handler(inputs, ctx)
                 event = StageSucceeded(
                     **ident, result=dict(result or {}), message_id=f"{entry_id}:succeeded"
+                )
+            except SealingError as exc:  # the run's key is gone: no retry brings it back
+                event = StageFailed(
+                    **ident,
+                    retryable=False,
+                    code="unsealable-input",
+                    message=str(exc),
+                    message_id=f"{entry_id}:failed",
                 )
             except HandlerFailed as exc:
                 event = StageFailed(

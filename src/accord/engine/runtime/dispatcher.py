@@ -129,7 +129,11 @@ class Dispatcher:
         if not self._done:
             return 0
         batch, self._done = self._done, []
-        await self._store.outbox_done(batch)
+        try:
+            await self._store.outbox_done(batch)
+        except BaseException:  # kept for the next flush (a lost mark costs only a republish)
+            self._done[:0] = batch
+            raise
         return len(batch)
 
     async def sweep(self, limit: int = 500) -> int:

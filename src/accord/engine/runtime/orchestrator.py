@@ -23,7 +23,8 @@ callbacks are recorded at most :data:`REFUSALS_RECORDED` times per attempt (:cla
 :meth:`start_run` refuses an unsafe tenant and a context its plan's contract rejects.
 
 The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
-outcome intake, telemetry, and the reconciler. :meth:`stop` stops intake and timers first,
+outcome intake, telemetry, the reconciler, and history retention (ended runs older than
+``retention_ms`` are pruned, :mod:`.retention`). :meth:`stop` stops intake and timers first,
 waits for in-flight deliveries and actions, flushes, and closes the ports it owns. The engine
 never imports an adapter: :func:`accord.adapters.open_engine` opens the ports from URLs.
 """
@@ -38,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from accord.contracts.sealing import Keyring
 from accord.contracts.validate import Validator
 from accord.engine import machine
 from accord.engine.machine.effects import Effect
@@ -78,7 +80,9 @@ from accord.engine.runtime.lifecycle import Loops
 from accord.engine.runtime.outbox import build_commit, changed_index, without_telemetry
 from accord.engine.runtime.plans import PlanBook
 from accord.engine.runtime.reconciler import Reconciler, ReconcileReport
+from accord.engine.runtime.retention import DEFAULT_RETENTION_MS, Retention
 from accord.engine.runtime.runcache import RunCache
+from accord.engine.runtime.sealed import seal_context, seal_result
 from accord.engine.runtime.stamping import stamp
 from accord.engine.runtime.timers import TimerService
 from accord.engine.runtime.wire import MalformedOutcome, check_storable
@@ -206,11 +210,18 @@ class EngineOptions:
     dispatch: bool = True  # False: leave the outbox to the engine processes' sweep
     accept_linger_ms: float = 5.0  # news of an attempt waits this long to share a commit
     store_hold_ms: int = HOLD_MS  # a store outage is ridden out in place this long
+    # ended runs with no commit for this long are removed, history and all (retention.py);
+    # None or 0 keeps them for ever
+    retention_ms: int | None = DEFAULT_RETENTION_MS
+    prune_every_ms: int = 3_600_000  # how often the retention loop runs
 
     def __post_init__(self) -> None:
-        for name in ("lease_ms", "grace_ms", "poll_ms", "reconcile_every_ms", "store_hold_ms"):
+        for name in ("lease_ms", "grace_ms", "poll_ms", "reconcile_every_ms", "store_hold_ms",
+                     "prune_every_ms"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"EngineOptions.{name} must not be negative")
+        if self.retention_ms is not None and self.retention_ms < 0:
+            raise ValueError("EngineOptions.retention_ms must not be negative (None: for ever)")
         if self.conflict_retries < 1 or self.cache_size < 1:
             raise ValueError("EngineOptions: conflict_retries and cache_size must be at least 1")
 
@@ -229,6 +240,7 @@ class Engine:
         observers: Sequence[Observer] = (),
         owns_ports: bool = False,
         catalog: MessageCatalog | None = None,
+        sealing: Keyring | None = None,
     ) -> None:
         opts = self.options = options or EngineOptions()
         self.store, self.transport, self.clock = store, transport, clock
@@ -269,6 +281,9 @@ class Engine:
         self.result_checks = list(result_checks)
         # where a plan's context contract is looked up (start_run validates the context with it)
         self.catalog = catalog
+        # sensitive fields are sealed at rest with this ring (accord.engine.runtime.sealed) and
+        # opened only where the engine binds an action's inputs
+        self.sealing = self.executor.keyring = sealing
         if catalog is not None:  # quarantine records mask what these contracts mark sensitive
             self.intake.contracts = catalog.messages()
         self.refusals = RefusalBook(store)
@@ -281,6 +296,13 @@ class Engine:
             executor=self.executor, reconcile=self.reconcile, quiesce=self._idle_wait,
             poll_ms=opts.poll_ms, reconcile_every_ms=opts.reconcile_every_ms,
         )  # fmt: skip
+        self.retention = (
+            Retention(store, clock, opts.retention_ms, every_ms=opts.prune_every_ms)
+            if opts.retention_ms
+            else None
+        )  # started with the loops (start), stopped first (stop)
+        self._retention_stop = asyncio.Event()
+        self._retention_task: asyncio.Task[None] | None = None
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -320,7 +342,7 @@ class Engine:
                 tenant=tenant,
                 workflow=plan.name,
                 plan_digest=plan.digest,
-                context=dict(context or {}),
+                context=seal_context(self.catalog, plan, dict(context or {}), self.sealing),
                 contracts=dict(plan.contracts),
             )
         )
@@ -418,6 +440,8 @@ class Engine:
                 plan = await self.plan(digest)
                 if current is not None and self.result_checks and isinstance(event, StageSucceeded):
                     event = run_result_checks(self.result_checks, plan, current, event)
+                if self.sealing is not None and isinstance(event, StageSucceeded):
+                    event = seal_result(self.catalog, plan, event, self.sealing)
                 t = machine.apply(plan, current, event)
                 if (
                     current is not None
@@ -586,9 +610,17 @@ class Engine:
 
     async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
         await self.loops.start(intake=intake, reconcile_first=reconcile_first)
+        if self.retention is not None and self._retention_task is None:
+            self._retention_stop.clear()
+            run = self.retention.run(self._retention_stop)
+            self._retention_task = asyncio.get_running_loop().create_task(run)
 
     async def stop(self) -> None:
         """Stop the loops, finish in-flight deliveries and actions, flush, close owned ports."""
+        if self._retention_task is not None:
+            self._retention_stop.set()
+            await asyncio.gather(self._retention_task, return_exceptions=True)
+            self._retention_task = None
         await self.loops.stop()
         if self._owns_ports:
             await self.transport.close()

@@ -18,6 +18,12 @@ are in ``keys.py``; the scripts' protocols in their own headers.
   (``accord.adapters._redis_group``): calls made while a round trip is in flight are sent
   together as one pipeline on one connection, each still its own atomic script or command with
   its own reply or error.
+- Retention: :meth:`RedisStore.prune` finds ended runs older than the cutoff through each
+  shard's run index (``status`` entries are ordered oldest last) and removes each with
+  ``prune-3.lua``, which checks again that the run is still ended and old enough. Before that,
+  the shard's timers and pending outbox entries of the listed runs are found by a scan of that
+  shard's timer payloads and outbox stream (pending work only) and removed: an ended run never
+  arms a timer again, and a crash between the two steps leaves the runs for the next prune.
 - Plans are immutable (``SET NX``, then compare); activations are a list per workflow; worker
   announcements a sorted set by expiry.
 
@@ -46,7 +52,7 @@ from accord.adapters.stores.redis._server import (
     redis_errors,
     split_url,
 )
-from accord.adapters.stores.redis.keys import StoreKeys
+from accord.adapters.stores.redis.keys import MAX_UPDATED_AT, StoreKeys, index_prefix, order_key
 from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
 from accord.errors import ConflictError, StoreError
 
@@ -229,6 +235,81 @@ class RedisStore(Catalog):
         await self.ready()
         async with redis_errors("list_runs"):
             return await list_runs(self.client, self.keys, limit, filters)
+
+    async def prune(self, ended_before_ms: int, limit: int) -> int:
+        """Remove up to ``limit`` ended runs last committed before ``ended_before_ms`` (see
+        :meth:`~accord.engine.ports.Store.prune` and the module docstring), at most
+        :data:`~accord.adapters._store_rules.PRUNE_STEP` scripts per round."""
+        if ended_before_ms <= 0 or limit <= 0:
+            return 0
+        await self.ready()
+        oldest = order_key(min(ended_before_ms - 1, MAX_UPDATED_AT))
+        total = 0
+        async with redis_errors("prune"):
+            while total < limit:
+                count = min(rules.PRUNE_STEP, limit - total)
+                found = await self._ended(oldest, count)
+                # leftovers first: an ended run never arms a timer or queues an entry again, so
+                # a crash after this sweep leaves the runs listed, and the next prune finishes
+                by_shard: dict[int, set[str]] = {}
+                for run_id in found:
+                    by_shard.setdefault(self.keys.shard_of(run_id), set()).add(run_id)
+                for shard, runs in by_shard.items():
+                    await self._drop_leftovers(shard, runs)
+                keys = [self.keys.run(run_id) for run_id in found]
+                args = [oldest, *rules.ENDED]
+                replies = await asyncio.gather(
+                    *(self.group.submit(self.scripts.prune, k.prune_keys(), [k.run_id, *args])
+                      for k in keys)
+                )  # fmt: skip
+                done = [k for k, r in zip(keys, replies, strict=True) if r == 1]
+                total += len(done)
+                if len(found) < count or not done:
+                    break
+        return total
+
+    async def _ended(self, oldest: str, count: int) -> list[str]:
+        """Up to ``count`` run ids of ended runs whose ordering key is at least ``oldest``."""
+        ranges = []
+        for shard in self.keys.shards:
+            for status in rules.ENDED:
+                prefix = index_prefix("status", status)
+                low, high = "[" + prefix + oldest, "(" + prefix[:-1] + "}"
+                ranges.append((prefix, self.client.zrange(
+                    shard.index, low, high, bylex=True, offset=0, num=count
+                )))  # fmt: skip
+        pages = await asyncio.gather(*(page for _, page in ranges))
+        hits = sorted(
+            (m[len(prefix) : len(prefix) + 15], m[len(prefix) + 16 :])
+            for (prefix, _), members in zip(ranges, pages, strict=True)
+            for m in members
+        )
+        return [run_id for _, run_id in reversed(hits)][:count]  # the oldest first
+
+    async def _drop_leftovers(self, shard: int, runs: set[str]) -> None:
+        """Remove the timers and pending outbox entries of ``runs`` (removed) from ``shard``."""
+        s = self.keys.shards[shard]
+        timers = [
+            timer_id
+            async for timer_id, data in self.client.hscan_iter(s.timer_data, count=500)
+            if json.loads(data)[0] in runs
+        ]
+        for n in range(0, len(timers), 500):
+            ids = timers[n : n + 500]
+            pipe = self.client.pipeline(transaction=True)
+            pipe.zrem(s.timers, *ids).hdel(s.timer_data, *ids).hdel(s.timer_owner, *ids)
+            await pipe.execute()
+        entries: list[str] = []
+        start = "-"
+        while True:
+            page = await self.client.xrange(s.outbox, min=start, max="+", count=500)
+            entries += [f["e"] for _, f in page if f.get("r") in runs]
+            if len(page) < 500:
+                break
+            start = "(" + page[-1][0]
+        if entries:
+            keys = [s.outbox, s.outbox_ids, s.outbox_lease]
+            await self.group.submit(self.scripts.done_outbox, keys, entries)
 
     async def close(self) -> None:
         await self.group.close()

@@ -54,6 +54,7 @@ class Scripts:
         self.done_outbox = client.register_script(script_text("done-outbox-3.lua"))
         self.claim_timers = client.register_script(script_text("claim-timers-3.lua"))
         self.announce = client.register_script(script_text("announce-2.lua"))
+        self.prune = client.register_script(script_text("prune-3.lua"))
 
 
 def commit_args(commit: Commit, now_ms: int) -> list[str | int]:

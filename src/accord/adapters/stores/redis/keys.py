@@ -113,6 +113,10 @@ class RunKeys:
     def history(self) -> str:
         return f"{self.shard.tag}:hist:{self.run_id}"
 
+    def prune_keys(self) -> list[str]:
+        """KEYS of ``prune-3.lua``, in its header's order."""
+        return [self.record, self.history, self.shard.index]
+
     def commit_keys(self) -> list[str]:
         """KEYS of ``commit-8.lua``, in its header's order."""
         s = self.shard
