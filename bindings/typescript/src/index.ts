@@ -14,6 +14,7 @@ import { decodeUtf8, JsonRejected, parseStrict } from "./strictjson";
 
 export * from "./generated/types";
 export { CONTRACTS } from "./generated/registry";
+export * from "./cloudevents";
 export * from "./sealing";
 
 export interface PathError {

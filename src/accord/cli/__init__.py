@@ -14,6 +14,7 @@ from accord.cli import (
     dead_letters,
     demo,
     engine,
+    events,
     quarantine,
     runs,
     worker,
@@ -36,6 +37,7 @@ app.add_typer(runs.app, name="runs")
 app.add_typer(worker.app, name="worker")
 app.add_typer(quarantine.app, name="quarantine")
 app.add_typer(dead_letters.app, name="dead-letters")
+app.add_typer(events.app, name="events")
 app.command("demo")(demo.demo)
 
 
