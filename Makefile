@@ -63,9 +63,11 @@ imports:
 
 codegen: $(STAMP)
 	$(BIN)/accord contracts codegen
+	$(BIN)/accord contracts docs
 
 codegen-check:
 	$(BIN)/accord contracts codegen --check
+	$(BIN)/accord contracts docs --check
 
 pytest:
 	$(BIN)/pytest

@@ -34,7 +34,6 @@ from accord.cli._redaction import (
     run_observer,
     unconfigure_logging,
 )
-from accord.cli.workflow import compile_file
 from accord.contracts.catalog import Catalog
 from accord.contracts.fixture_values import message_of
 from accord.contracts.redact import MASK, redact_body, redact_document, redact_quarantine_record
@@ -47,28 +46,12 @@ from accord.workflow.plan import Plan
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, str(ROOT))
+import sensitive_support  # noqa: E402
 from tests.contract import test_transport as contract  # noqa: E402
 from tests.services import REDIS_DB, ensure_redis  # noqa: E402
 
 CANARY = "canary-7f3a9c"
-WORKFLOW = """\
-name: secret-extract
-version: "1.0.0"
-entry: extract
-context: model-ingest-context@1
-stages:
-  - name: extract
-    type: worker
-    queue: metadata
-    worker: metadata.extract@2
-    input:
-      modelId: "${context.modelId}"
-      storageConnectionRef: "${context.storageConnectionRef}"
-    retry: {max_attempts: 3, initial_backoff_ms: 10, max_backoff_ms: 20}
-    on_success: completed
-    on_failure: failed
-terminals: [completed, failed]
-"""
+WORKFLOW = "secret-extract"
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +60,7 @@ def catalog() -> Catalog:
 
 
 def compiled(tmp_path: Path, catalog: Catalog) -> Plan:
-    source = tmp_path / "secret-extract.yaml"
-    source.write_text(WORKFLOW)
-    return compile_file(source, catalog).unwrap()
+    return sensitive_support.compiled(tmp_path, catalog, WORKFLOW)
 
 
 def extractor(catalog: Catalog) -> Worker:

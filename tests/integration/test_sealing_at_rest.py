@@ -38,7 +38,6 @@ from accord.cli._redaction import (
     sealing_from_env,
     unconfigure_logging,
 )
-from accord.cli.workflow import compile_file
 from accord.contracts.catalog import Catalog
 from accord.contracts.fixture_values import message_of
 from accord.contracts.sealing import PREFIX, Keyring, is_sealed
@@ -50,29 +49,13 @@ from accord.workflow.plan import Plan
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, str(ROOT))
+import sensitive_support  # noqa: E402
 from tests.services import PrivateRedis  # noqa: E402
 
 CANARY = "canary-5eal3d-9b41"
 KEY_A = ("k2026a", bytes(range(32)))
 KEY_B = ("k2026b", bytes(range(100, 132)))
-WORKFLOW = """\
-name: sealed-extract
-version: "1.0.0"
-entry: extract
-context: model-ingest-context@1
-stages:
-  - name: extract
-    type: worker
-    queue: metadata
-    worker: metadata.extract@2
-    input:
-      modelId: "${context.modelId}"
-      storageConnectionRef: "${context.storageConnectionRef}"
-    retry: {max_attempts: 3, initial_backoff_ms: 10, max_backoff_ms: 20}
-    on_success: completed
-    on_failure: failed
-terminals: [completed, failed]
-"""
+WORKFLOW = "sealed-extract"
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +64,7 @@ def catalog() -> Catalog:
 
 
 def compiled(tmp_path: Path, catalog: Catalog) -> Plan:
-    source = tmp_path / "sealed-extract.yaml"
-    source.write_text(WORKFLOW)
-    return compile_file(source, catalog).unwrap()
+    return sensitive_support.compiled(tmp_path, catalog, WORKFLOW)
 
 
 def extractor(catalog: Catalog, seen: list[str]) -> Worker:

@@ -52,6 +52,7 @@ from accord.engine.machine.state import RunState
 from accord.engine.ports import QueueAdmin, Transport
 from accord.engine.runtime.intake import OUTCOMES_QUEUE
 from accord.engine.runtime.outbox import control_queue
+from accord.engine.runtime.requests import RUNS_QUEUE
 from accord.engine.runtime.wire import (
     ATTEMPT,
     BATCH_TYPE,
@@ -78,6 +79,8 @@ __all__ = [
     "TransportOpt",
     "base_queues",
     "iso",
+    "pick",
+    "print_table",
     "printable",
     "report",
     "result_redactions",
@@ -103,6 +106,7 @@ ContractsOpt = Annotated[
 ]
 VIEW_CHARS = 65_536  # what `show` prints at most of a body that is not JSON
 T = TypeVar("T")
+R = TypeVar("R")  # a record listed: a quarantine record or a dead letter
 Admin = Any  # a Transport that is also a QueueAdmin
 
 
@@ -172,11 +176,12 @@ async def base_queues(
     listed = await admin.queue_names()
     if listed is not None:
         return list(listed), True
-    known = {OUTCOMES_QUEUE}
+    known = {OUTCOMES_QUEUE, RUNS_QUEUE}  # the engines' intake queues
     for capability in catalog.capabilities() if catalog else ():
         if capability.kind == "worker":
             known.add(capability.queue or capability.name)
-    return sorted(known | {control_queue(q) for q in known if q != OUTCOMES_QUEUE}), False
+    intake = (OUTCOMES_QUEUE, RUNS_QUEUE)
+    return sorted(known | {control_queue(q) for q in known if q not in intake}), False
 
 
 def iso(ms: int) -> str:
@@ -360,3 +365,46 @@ def report(
             console.print(printable(f"refused {r['id']}: {r['reason']}"), markup=False)
         first = refused[0]
         refuse(printable(f"cannot {infinitive} {first['id']}: {first['reason']}"))
+
+
+def pick(
+    found: list[R],
+    ids: list[str] | None,
+    every: bool,
+    looked: list[str],
+    *,
+    id_of: Callable[[R], str],
+    queue_of: Callable[[R], str],
+    noun: str,
+) -> list[R]:
+    """The records named (each once), or all with ``every``; an unknown id, or one found on
+    several queues, refuses before anything is done (RabbitMQ does not deduplicate, so one id
+    may also stand twice on one queue: the first is taken)."""
+    if every == bool(ids):
+        refuse(f"name {noun} ids or give --all (not both)", EXIT_USAGE)
+    if every:
+        return found
+    out = []
+    for wanted in dict.fromkeys(ids or ()):
+        hits = [r for r in found if id_of(r) == wanted]
+        if not hits:
+            refuse(f"no {noun} {wanted!r} (looked in {', '.join(looked) or 'no queue'})")
+        queues = sorted({queue_of(r) for r in hits})
+        if len(queues) > 1:
+            where = ", ".join(queues)
+            refuse(f"{noun} {wanted!r} is in several queues ({where}): name one with --queue")
+        out.append(hits[0])
+    return out
+
+
+def print_table(views: list[dict[str, Any]], when: str, nouns: str, looked: list[str]) -> None:
+    """The text form of ``list``: id, queue, when, delivery count and reason, one row each."""
+    if not views:
+        console.print(f"no {nouns} (looked in {len(looked)} queue(s))", markup=False)
+        return
+    console.print(
+        f"{'ID':<40} {'QUEUE':<24} {'WHEN':<24} {'DLV':>3}  REASON", markup=False, soft_wrap=True
+    )
+    for v in views:
+        line = f"{v['id']:<40} {v['queue']!s:<24} {v[when]:<24} {v['delivery_count']:>3}"
+        console.print(printable(f"{line}  {str(v['reason'])[:100]}"), markup=False, soft_wrap=True)

@@ -1,4 +1,4 @@
-"""`accord contracts lint|diff|publish|codegen|validate|show`.
+"""`accord contracts lint|diff|publish|codegen|docs|validate|show`.
 
 Thin commands over :mod:`accord.contracts` and the artefact store. Exit codes: 0 ok, 1 the input
 is refused (lint error, incompatible change, immutable artefact, invalid message, stale generated
@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from accord._files import atomic_write
 from accord.cli._common import (
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -30,8 +31,10 @@ from accord.cli._common import (
 from accord.cli._registry import Workspace, print_report, refused_json, summary, workspace
 from accord.contracts import compat
 from accord.contracts.canonical import contract_digest, to_canonical
+from accord.contracts.catalog import Catalog
 from accord.contracts.model import CapabilityContract, Contract, MessageContract
 from accord.contracts.paths import join
+from accord.contracts.protocol_doc import DocumentError, render_document
 from accord.contracts.sources import lint_paths
 from accord.errors import (
     ContractError,
@@ -207,6 +210,58 @@ def codegen(
             console.print(f"{path}: {'differs' if check else 'written'}")
         console.print(f"{len(report.differing)} file(s) {verb}, {len(report.unchanged)} unchanged")
     raise typer.Exit(0 if report.ok else EXIT_REFUSED)
+
+
+@app.command()
+def docs(
+    check: Annotated[
+        bool, typer.Option("--check", help="Fail if a generated region is stale; write nothing.")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="The document (default: docs/protocol.md).")
+    ] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Regenerate the contract tables between the markers of docs/protocol.md, prose untouched."""
+    ws = workspace()
+    target = out if out is not None else ws.root / "docs" / "protocol.md"
+    shown = target.relative_to(ws.root) if target.is_relative_to(ws.root) else target
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        usage(f"cannot read {target}: {getattr(exc, 'strerror', None) or exc}")
+    contracts, diagnostics = lint_paths([ws.sources]) if ws.sources.is_dir() else ([], [])
+    if any(d.severity == "error" for d in diagnostics):
+        refused_json(json, "sources do not lint", diagnostics)
+    try:
+        rendered = render_document(text, Catalog(contracts))
+    except (DocumentError, ValueError) as exc:  # ValueError: two contracts under one name
+        refuse(f"{shown}: {exc}", as_json=json)
+    if not check and not rendered.ok:
+        try:
+            atomic_write(target, rendered.text)
+        except OSError as exc:
+            refuse(f"cannot write {shown}: {exc.strerror or exc}", as_json=json)
+    if json:
+        emit_json(
+            {
+                "ok": rendered.ok or not check,
+                "check": check,
+                "path": str(target),
+                "regions": list(rendered.regions),
+                "stale": list(rendered.stale),
+            }
+        )
+    else:
+        verb = "is stale" if check else "written"
+        for name in rendered.stale:
+            console.print(f"{shown}: region {name} {verb}")
+        console.print(
+            f"{len(rendered.stale)} of {len(rendered.regions)} generated region(s) "
+            + ("stale" if check else "rewritten")
+            + ("; run `accord contracts docs` to regenerate" if check and rendered.stale else "")
+        )
+    raise typer.Exit(EXIT_REFUSED if check and not rendered.ok else 0)
 
 
 @app.command()

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from accord.cli._common import EXIT_OK, EXIT_USAGE, console, emit_json, refuse
+from accord.cli._common import EXIT_OK, console, emit_json
 from accord.cli._queue_admin import (
     DEFAULT_TRANSPORT,
     Admin,
@@ -26,6 +26,8 @@ from accord.cli._queue_admin import (
     TransportOpt,
     base_queues,
     iso,
+    pick,
+    print_table,
     printable,
     report,
     result_redactions,
@@ -90,25 +92,8 @@ def _view(
 def _pick(
     found: list[DeadLetter], ids: list[str] | None, every: bool, looked: list[str]
 ) -> list[DeadLetter]:
-    """The dead letters named, or all; an unknown or ambiguous id refuses before anything is
-    done. RabbitMQ does not deduplicate, so one id may be dead-lettered twice on one queue."""
-    if every == bool(ids):
-        refuse("name message ids or give --all (not both)", EXIT_USAGE)
-    if every:
-        return found
-    out = []
-    for wanted in dict.fromkeys(ids or ()):
-        hits = [d for d in found if d.message_id == wanted]
-        if not hits:
-            refuse(f"no dead letter {wanted!r} (looked in {', '.join(looked) or 'no queue'})")
-        queues = sorted({d.queue for d in hits})
-        if len(queues) > 1:
-            refuse(
-                f"{wanted!r} is dead-lettered on several queues ({', '.join(queues)}):"
-                " name one with --queue"
-            )
-        out.append(hits[0])
-    return out
+    return pick(found, ids, every, looked, id_of=lambda d: d.message_id,
+                queue_of=lambda d: d.queue, noun="dead letter")  # fmt: skip
 
 
 @app.command("list")
@@ -125,15 +110,7 @@ def list_dead(
     if json_out:
         emit_json({"ok": True, "queues": looked, "dead_letters": views})
         raise typer.Exit(EXIT_OK)
-    if not views:
-        console.print(f"no dead letters (looked in {len(looked)} queue(s))", markup=False)
-        raise typer.Exit(EXIT_OK)
-    console.print(
-        f"{'ID':<40} {'QUEUE':<24} {'WHEN':<24} {'DLV':>3}  REASON", markup=False, soft_wrap=True
-    )
-    for v in views:
-        line = f"{v['id']:<40} {v['queue']:<24} {v['dead_at']:<24} {v['delivery_count']:>3}"
-        console.print(printable(f"{line}  {str(v['reason'])[:100]}"), markup=False, soft_wrap=True)
+    print_table(views, "dead_at", "dead letters", looked)
 
 
 @app.command("show")

@@ -2,11 +2,16 @@
 
 ``accord engine run --store sqlite:///.accord/accord.db --transport sqlite:///.accord/accord.db``
 reconciles first (stranded outbox entries, overdue deadlines, dead-lettered jobs), then runs the
-dispatcher sweep, timer service, outcome intake and periodic reconciliation until SIGINT or
-SIGTERM, when it stops gracefully: loops stop, in-flight commits finish, ports close. Several
-processes may run against the same store. Ended runs are removed once they saw no change for
-``--history-retention`` (30 days; ``off`` keeps them). ``reconcile`` runs one pass and prints
-its report. A broker transport (``bullmq://``, ``amqp://``) that does not answer within
+dispatcher sweep, timer service, outcome intake, run intake (``run-requested@1`` messages on
+``accord.runs``, which ``accord runs start`` and any other process publish) and periodic
+reconciliation until SIGINT or SIGTERM, when it stops gracefully: loops stop, in-flight commits
+finish, ports close. Several processes may run against the same store. Ended runs are removed
+once they saw no change for ``--history-retention`` (30 days; ``off`` keeps them). The platform
+actions (cache lookup, catalogue, audit) are registered here unless ``--no-platform``: the engine
+that starts a run or commits its next transition runs its action stages itself, so a run started
+from any process finds them; an engine without a plan's actions leaves that plan's run requests
+to one that has them (:mod:`accord.engine.runtime.requests`). ``reconcile`` runs one pass and
+prints its report. A broker transport (``bullmq://``, ``amqp://``) that does not answer within
 ``--connect-timeout`` (30 s) is a one-line refusal, exit 1; once running, a lost broker is
 retried, each failure logged on one line.
 """

@@ -29,6 +29,8 @@ from accord.cli._queue_admin import (
     TransportOpt,
     base_queues,
     iso,
+    pick,
+    print_table,
     printable,
     report,
     with_admin,
@@ -134,26 +136,8 @@ def _view(found: Found, catalog: Catalog | None, *, body: bool) -> dict[str, Any
 
 
 def _pick(found: list[Found], ids: list[str] | None, every: bool, looked: list[str]) -> list[Found]:
-    """The records named (each exactly once), or all of them; unknown or ambiguous ids refuse
-    before anything is done."""
-    if every == bool(ids):
-        refuse("name record ids or give --all (not both)", EXIT_USAGE)
-    if every:
-        return found
-    out = []
-    for wanted in dict.fromkeys(ids or ()):
-        hits = [f for f in found if f.id == wanted]
-        if not hits:
-            where = ", ".join(looked) or "no queue"
-            refuse(f"no quarantine record {wanted!r} (looked in {where})")
-        queues = sorted({f.quarantine_queue for f in hits})
-        if len(queues) > 1:
-            refuse(
-                f"record {wanted!r} is in several queues ({', '.join(queues)}):"
-                " name one with --queue"
-            )
-        out.append(hits[0])
-    return out
+    return pick(found, ids, every, looked, id_of=lambda f: f.id,
+                queue_of=lambda f: f.quarantine_queue, noun="quarantine record")  # fmt: skip
 
 
 @app.command("list")
@@ -170,15 +154,7 @@ def list_records(
     if json_out:
         emit_json({"ok": True, "queues": looked, "records": views})
         raise typer.Exit(EXIT_OK)
-    if not views:
-        console.print(f"no quarantine records (looked in {len(looked)} queue(s))", markup=False)
-        raise typer.Exit(EXIT_OK)
-    console.print(
-        f"{'ID':<40} {'QUEUE':<24} {'WHEN':<24} {'DLV':>3}  REASON", markup=False, soft_wrap=True
-    )
-    for v in views:
-        line = f"{v['id']:<40} {v['queue']!s:<24} {v['recorded_at']:<24} {v['delivery_count']:>3}"
-        console.print(printable(f"{line}  {str(v['reason'])[:100]}"), markup=False, soft_wrap=True)
+    print_table(views, "recorded_at", "quarantine records", looked)
 
 
 @app.command("show")

@@ -1,5 +1,18 @@
 """`accord runs`: read and steer runs in a store.
 
+``start WORKFLOW --context JSON|@file [--idempotency-key K]`` asks the engines to start a run: it
+publishes a ``run-requested@1`` message on ``accord.runs`` over ``--transport`` (the path any
+other process takes, :mod:`accord.engine.runtime.requests`), having first checked against the
+store what the engine would check (the workflow has an active plan, the context satisfies its
+contract), so a request that could never start is refused here, exit 1, and never sent. The run
+id is derived from the tenant and the key, so the command knows it before any engine answers,
+and a repeated key starts nothing new: it answers the run the key already started. It then waits
+up to ``--wait-start`` for an engine to start the run; with no engine running it reports the run
+``queued`` (exit 0), and the first engine to start takes it. ``--wait`` waits for the run's end
+as well (exit 1 unless it completed, or when it has not ended within ``--timeout``). Without
+``--idempotency-key`` a fresh key is made, so every call starts a new run. ``--json`` prints one
+document in every outcome: ``state`` is ``started``, ``existing`` or ``queued``.
+
 ``list``, ``show``, ``history`` and ``explain`` only read. ``prune --older-than 30d`` removes
 ended runs (completed, failed, cancelled) that saw no change for that long, history and all, as
 the engine's retention loop does (:mod:`accord.engine.runtime.retention`). ``cancel`` and
@@ -16,8 +29,11 @@ the enclosing repository; a pinned contract it lacks masks the context and resul
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import secrets
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +41,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from accord.adapters import open_store, open_transport
+from accord.adapters import open_store, open_transport, reach_transport
 from accord.adapters.clock import SystemClock
 from accord.cli._common import EXIT_OK, EXIT_USAGE, console, emit_json, refuse, usage
 from accord.cli._connect import masked
@@ -35,8 +51,15 @@ from accord.engine.machine.explain import explain_history
 from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.ports import Store
 from accord.engine.runtime.orchestrator import Delivered, Engine, EngineOptions
+from accord.engine.runtime.requests import (
+    RUNS_QUEUE,
+    BadRequest,
+    parse_request,
+    request_message_id,
+    request_run_id,
+)
 from accord.engine.runtime.retention import parse_duration, prune_all
-from accord.errors import StoreError
+from accord.errors import EngineError, StoreError, TransportError, ValidationError
 
 app = typer.Typer(help="Inspect, cancel and re-drive runs.", no_args_is_help=True)
 
@@ -289,3 +312,175 @@ def _report(done: Delivered, json_out: bool) -> None:
         emit_json(_summary(run, done.version))
     else:
         console.print(f"run {run.run_id}: {run.status} (intent {run.intent})")
+
+
+# -- start ------------------------------------------------------------------------------------
+
+
+def _context_arg(text: str) -> dict[str, Any]:
+    """``--context``: a JSON object, inline or ``@file``; anything else is a usage error."""
+    where = "--context"
+    if text.startswith("@"):
+        path = Path(text[1:])
+        where = f"--context {text}"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            usage(f"{where}: cannot read {str(path)!r}: {exc}")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        usage(f"{where}: not JSON: {exc}")
+    if not isinstance(doc, dict):
+        refuse(f"{where}: the context must be a JSON object, not {type(doc).__name__}")
+    return doc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+async def _check_request(
+    store: Store, request: dict[str, Any], run_id: str, contracts: Path | None
+) -> RunState | None:
+    """The run the request's key already started (``None``: none yet), after refusing, exit 1,
+    what an engine would refuse: a key used for another workflow, a workflow with no active plan,
+    a bad tenant or a context its plan's contract rejects."""
+    engine = Engine(
+        store, open_transport("memory://"), SystemClock(), EngineOptions(dispatch=False),
+        catalog=load_catalog_quietly(contracts),
+    )  # fmt: skip
+    workflow, key = request["workflow"], request["idempotencyKey"]
+    existing = await engine.load(run_id)
+    if existing is not None:
+        if workflow not in (existing.workflow, existing.plan_digest):
+            refuse(
+                f"idempotency key {key!r} already started run {run_id} of workflow "
+                f"{existing.workflow!r}, not {workflow!r}"
+            )
+        return existing
+    try:
+        await engine.check_start(workflow, request["context"], request["tenant"])
+    except (EngineError, ValidationError) as exc:
+        refuse(_one_line(exc))
+    return None
+
+
+async def _publish(url: str, message_id: str, body: bytes, timeout_s: float) -> None:
+    try:
+        transport = open_transport(url)
+    except TransportError as exc:
+        refuse(masked(url, _one_line(exc)), EXIT_USAGE)
+    try:
+        await asyncio.wait_for(reach_transport(transport), timeout_s)
+        await asyncio.wait_for(transport.publish(RUNS_QUEUE, message_id, body), timeout_s)
+    except (TransportError, OSError, TimeoutError) as exc:
+        why = _one_line(exc) if not isinstance(exc, TimeoutError) else "no answer"
+        refuse(masked(url, f"cannot publish the run request on {url!r}: {why}"))
+    finally:
+        await transport.close()
+
+
+async def _await_run(
+    store: Store, run_id: str, timeout_s: float, *, terminal: bool
+) -> RunState | None:
+    """The run once it exists (``terminal``: once it has ended), or what there is after
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.02
+    while True:
+        stored = await store.load(run_id)
+        run = RunState.from_json(stored.state) if stored else None
+        if run is not None and (run.terminal or not terminal):
+            return run
+        if time.monotonic() >= deadline:
+            return run
+        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.25)
+
+
+@app.command("start")
+def start(  # noqa: PLR0917 - typer maps each option to a parameter
+    workflow: Annotated[str, typer.Argument(help="workflow name (its active plan) or sha256:…")],
+    context: Annotated[
+        str, typer.Option("--context", help="the run's context: JSON, or @file holding it")
+    ] = "{}",
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="names the run: asked again, it starts nothing new"),
+    ] = None,
+    tenant: Annotated[str, typer.Option(help="the run's tenant")] = "default",
+    store: StoreOpt = DEFAULT_STORE,
+    transport: Annotated[
+        str,
+        typer.Option("--transport", envvar="ACCORD_TRANSPORT", help="where the engines listen"),
+    ] = DEFAULT_STORE,
+    wait_start: Annotated[
+        float,
+        typer.Option("--wait-start", min=0, help="seconds to wait for an engine to start it"),
+    ] = 5.0,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for the run to end")] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0, help="seconds --wait waits for the end")
+    ] = 300.0,
+    requester: Annotated[str | None, typer.Option(help="who asks (default: cli:$USER)")] = None,
+    contracts: ContractsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Ask the engines to start a run, over the same queue any process uses."""
+    doc = _context_arg(context)
+    key = idempotency_key if idempotency_key is not None else f"cli-{secrets.token_hex(16)}"
+    request: dict[str, Any] = {
+        "workflow": workflow,
+        "context": doc,
+        "tenant": tenant,
+        "idempotencyKey": key,
+        "requester": (requester or f"cli:{os.environ.get('USER', 'operator')}")[:128],
+        "requestedAt": _iso(SystemClock().now_ms()),
+    }
+    body = json.dumps(request, ensure_ascii=False, sort_keys=True).encode("utf-8")
+    try:
+        parse_request(body)  # the contract, as the engine will read it
+    except BadRequest as exc:
+        refuse(str(exc))
+    run_id = request_run_id(tenant, key)
+
+    async def go() -> tuple[str, RunState | None]:
+        try:
+            opened = open_store(store)
+        except (ValueError, OSError) as exc:
+            refuse(masked(store, f"cannot open store {store!r}: {exc}"), EXIT_USAGE)
+        try:
+            existing = await _check_request(opened, request, run_id, contracts)
+            if existing is not None:
+                state = "existing"
+                run: RunState | None = existing
+            else:
+                await _publish(transport, request_message_id(tenant, key), body, 30.0)
+                run = await _await_run(opened, run_id, wait_start, terminal=False)
+                state = "queued" if run is None else "started"
+            if wait and (run is None or not run.terminal):
+                run = await _await_run(opened, run_id, timeout, terminal=True)
+            return state, run
+        finally:
+            await opened.close()
+
+    state, run = _store_guarded(store, go)
+    status = run.status if run is not None else None
+    ended = run is not None and run.terminal
+    if wait and not ended:  # one document either way: the refusal says which run it waited for
+        said = "never started" if run is None else f"still {status}"
+        refuse(f"run {run_id} did not end within {timeout:g} s ({said})")
+    if wait and status != "completed":
+        refuse(f"run {run_id} ended {status}")
+    if json_out:
+        emit_json({
+            "ok": True, "state": state, "run_id": run_id, "status": status, "ended": ended,
+            "workflow": run.workflow if run is not None else workflow, "tenant": tenant,
+            "idempotency_key": key, "queue": RUNS_QUEUE,
+        })  # fmt: skip
+    elif state == "queued":
+        console.print(f"queued: run {run_id} (an engine will start it)", markup=False)
+    else:
+        said = "started" if state == "started" else "already started (same idempotency key)"
+        console.print(f"{said}: run {run_id}  {status}  {workflow}", markup=False)

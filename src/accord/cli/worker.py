@@ -3,10 +3,11 @@
 ``MODULE[:ATTR]`` names the worker object (``ATTR`` defaults to ``worker``), for example
 ``accord_worker_thumbnail_render.handler:worker``. The transport is any URL the adapters open
 (``sqlite:///…``, ``bullmq://…``, ``amqp://…``, ``memory://``); with ``--store`` the worker
-announces its capabilities there with a TTL, which is what admission checks. Requests and results
-are validated against the contracts in ``schemas/contracts`` of the enclosing repository (or
-``--contracts DIR``). SIGINT/SIGTERM shut down gracefully: stop consuming, finish in-flight jobs.
-A broker transport that does not answer within ``--connect-timeout`` (30 s), or a ``--store``
+announces its capabilities there with a TTL, which is what admission checks, and reads a job's run
+record there before running it: a job whose attempt the engine superseded is not run. Requests and
+results are validated against the contracts in ``schemas/contracts`` of the enclosing repository
+(or ``--contracts DIR``). SIGINT/SIGTERM shut down gracefully: stop consuming, finish in-flight
+jobs. A broker transport that does not answer within ``--connect-timeout`` (30 s), or a ``--store``
 that cannot be read, is a one-line refusal, exit 1; once running, a lost broker is retried, each
 failure logged on one line.
 """
@@ -96,6 +97,7 @@ def run(
     connect_s = connect_timeout(connect_timeout_opt)
     from accord.adapters import open_store, open_transport  # noqa: PLC0415
     from accord.worker import AcceptanceLog, Runtime, Worker, store_announcer  # noqa: PLC0415
+    from accord.worker.superseded import store_current  # noqa: PLC0415
 
     worker = load_worker(spec)
     assert isinstance(worker, Worker)
@@ -104,6 +106,7 @@ def run(
         port = open_transport(transport)
         store_port = open_store(store) if store else None
         announcer = store_announcer(store_port) if store_port else None
+        current = store_current(store_port) if store_port else None
     except AccordError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         refuse(f"worker not started: {first}", diagnostics=getattr(exc, "diagnostics", ()))
@@ -112,7 +115,8 @@ def run(
     sealing = sealing_or_exit("worker")  # opens sealed requests, seals sensitive results
     log = AcceptanceLog(state / f"{worker.name}.acceptance.db")
     runtime = Runtime(worker, port, catalog=catalog, acceptance=log, announce=announcer,
-                      slots=slots, heartbeat_ms=heartbeat_ms, sealing=sealing)  # fmt: skip
+                      slots=slots, heartbeat_ms=heartbeat_ms, sealing=sealing,
+                      current=current)  # fmt: skip
     console.print(
         f"serving {', '.join(worker.capabilities)} on {', '.join(runtime.queues)} "
         f"as {runtime.worker_id} ({chosen_loop} loop)"

@@ -40,6 +40,7 @@ __all__ = [
     "Timer",
     "Transport",
     "Waiting",
+    "Withdraw",
 ]
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
@@ -169,6 +170,19 @@ class Transport(Protocol):
     async def dead_letters(self, queue: str) -> list[Delivery]: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Withdraw(Protocol):
+    """A transport that can take back a job nobody has taken yet (BullMQ, the queue tables).
+    The dispatcher withdraws the job of every attempt the engine fences, so a superseded job is
+    not delivered at all; a broker that cannot remove a message from the middle of a queue
+    (RabbitMQ) leaves it to the worker, which checks its attempt is current before running it."""
+
+    async def withdraw(self, queue: str, message_id: str) -> bool:
+        """Remove ``message_id`` from ``queue`` if it is waiting or delayed; a job a consumer
+        holds, one already settled, or an unknown id is left alone. Whether it was withdrawn."""
+        ...
 
 
 class Clock(Protocol):

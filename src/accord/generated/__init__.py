@@ -14,10 +14,16 @@ from .catalogue_publish_request_v1 import CataloguePublishRequestV1
 from .envelope_v1 import EnvelopeV1
 from .metadata_extraction_request_v1 import MetadataExtractionRequestV1
 from .model_ingest_context_v1 import ModelIngestContextV1
+from .outcome_v1 import OutcomeV1
+from .outcome_batch_v1 import OutcomeBatchV1
 from .progress_v1 import ProgressV1
 from .retryable_error_v1 import RetryableErrorV1
+from .run_requested_v1 import RunRequestedV1
 from .semantic_analysis_v1 import SemanticAnalysisV1
 from .semantic_analysis_request_v1 import SemanticAnalysisRequestV1
+from .stage_accepted_v1 import StageAcceptedV1
+from .stage_failed_v1 import StageFailedV1
+from .stage_heartbeat_v1 import StageHeartbeatV1
 from .technical_metadata_v1 import TechnicalMetadataV1
 from .terminal_error_v1 import TerminalErrorV1
 from .thumbnail_generated_v1 import ThumbnailGeneratedV1
@@ -34,10 +40,16 @@ MODELS: dict[tuple[str, int], type[BaseModel]] = {
     ('envelope', 1): EnvelopeV1,
     ('metadata-extraction-request', 1): MetadataExtractionRequestV1,
     ('model-ingest-context', 1): ModelIngestContextV1,
+    ('outcome', 1): OutcomeV1,
+    ('outcome-batch', 1): OutcomeBatchV1,
     ('progress', 1): ProgressV1,
     ('retryable-error', 1): RetryableErrorV1,
+    ('run-requested', 1): RunRequestedV1,
     ('semantic-analysis', 1): SemanticAnalysisV1,
     ('semantic-analysis-request', 1): SemanticAnalysisRequestV1,
+    ('stage-accepted', 1): StageAcceptedV1,
+    ('stage-failed', 1): StageFailedV1,
+    ('stage-heartbeat', 1): StageHeartbeatV1,
     ('technical-metadata', 1): TechnicalMetadataV1,
     ('terminal-error', 1): TerminalErrorV1,
     ('thumbnail-generated', 1): ThumbnailGeneratedV1,
@@ -56,10 +68,16 @@ __all__ = [
     "MODELS",
     "MetadataExtractionRequestV1",
     "ModelIngestContextV1",
+    "OutcomeBatchV1",
+    "OutcomeV1",
     "ProgressV1",
     "RetryableErrorV1",
+    "RunRequestedV1",
     "SemanticAnalysisRequestV1",
     "SemanticAnalysisV1",
+    "StageAcceptedV1",
+    "StageFailedV1",
+    "StageHeartbeatV1",
     "TechnicalMetadataV1",
     "TerminalErrorV1",
     "ThumbnailGeneratedV1",

@@ -3,6 +3,7 @@
 One job, in order::
 
     read + validate (wire.read_job)     poison → <queue>.quarantine; invalid → terminal failure
+    attempt still current?              superseded → acknowledged unanswered, never run
     acceptance record (AcceptanceLog)   already accepted → re-announce, never a second run
     take a task slot                    ``slots`` handlers at once
     publish "accepted"                  BEFORE the handler starts: from here the engine owns it
@@ -44,7 +45,15 @@ handler again: the engine accepts one completion of the attempt and records the 
 duplicate.
 
 Cancellation requests arrive on the control queue of each served queue and set the matching
-attempt's :attr:`Context.cancelled`. Unclassified exceptions are retryable until the stage has
+attempt's :attr:`Context.cancelled`; their fences are remembered too, since a request can arrive
+before its job is taken. A job whose attempt the engine has superseded (a deadline passed, the run
+was cancelled or ended) is not run: it is acknowledged without an answer — the engine already
+moved on and would refuse any as ``stale`` — once a cancellation request named its fence, or
+(with ``current``, the worker reading the engine's store) the run record shows a later attempt or
+this one concluded (:mod:`accord.worker.superseded`). The check comes before the job is accepted,
+once a slot is free: a job that waited for a slot is looked at when it would start.
+
+Unclassified exceptions are retryable until the stage has
 crashed ``max_crashes`` times, then terminal. Capabilities are announced with a TTL and renewed
 at a third of it. :meth:`Runtime.run` returns after a graceful shutdown: stop consuming, let
 in-flight jobs finish (up to ``drain_s``), then stop heartbeats and announcements.
@@ -72,6 +81,7 @@ from accord.worker import wire
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.batching import OutcomeBatcher
 from accord.worker.sdk import Binding, Context, Worker
+from accord.worker.superseded import CancelledFences, Current
 from accord.worker.wire import Announcer, Job, Poison, Refused, failure, outcome
 
 __all__ = ["Observer", "Runtime"]
@@ -83,6 +93,7 @@ log = logging.getLogger("accord.worker")
 ANSWER_S = 30.0  # how long acceptance and answers are retried before the job is returned
 RETRY_FIRST_S, RETRY_MAX_S = 0.05, 1.0  # backoff between those tries: doubling, capped
 PULL_RETRY_S = 0.25  # pause before consuming a queue again after its stream failed
+CURRENT_S = 5.0  # longest wait for the run record before a job runs unchecked
 
 
 class Runtime:
@@ -104,6 +115,7 @@ class Runtime:
         observe: Observer | None = None,
         answer_s: float = ANSWER_S,
         sealing: Keyring | None = None,
+        current: Current | None = None,
     ) -> None:
         if answer_s <= 0:
             raise ValueError("answer_s must be > 0")
@@ -123,8 +135,11 @@ class Runtime:
         self._held = asyncio.Semaphore(self._prefetch)  # jobs held at once
         self.queues: dict[str, Binding] = {self._queue_of(b): b for b in worker.bindings.values()}
         self.inflight: dict[str, Context] = {}  # fence → context of the running attempt
+        self.cancelled = CancelledFences()  # (stage, fence) of cancellation requests received
+        self._current = current  # reads the run record: is the attempt still current?
         self.stats = {
             "served": 0, "handler_runs": 0, "reannounced": 0, "quarantined": 0, "returned": 0,
+            "superseded": 0,
         }  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -203,6 +218,7 @@ class Runtime:
             with contextlib.suppress(Exception):  # not recorded: its redelivery tries again
                 await self._quarantine(delivery, str(exc))
             return
+        self.cancelled.add(stage, fence)  # its job may not have been taken yet
         ctx = self.inflight.get(fence)
         if ctx is not None and ctx.stage == stage:
             ctx.cancel()
@@ -227,16 +243,23 @@ class Runtime:
             await self._quarantine(delivery, str(exc))
             return
         except Refused as exc:
+            if await self._superseded(exc.job, delivery):
+                return
             prior = self._claim(exc.job)
             if prior is not None:
                 await self._answer_again(exc.job, prior.outcome, delivery)
             elif await self._accept(exc.job, delivery):
                 refused = failure(exc.code, exc.message, retryable=False)
-                await self._finish(exc.job, outcome(exc.job, *refused), delivery)
+                await self._finish(exc.job, self._outcome(exc.job, *refused), delivery)
+            return
+        if (job.stage, job.fence) in self.cancelled:  # known before waiting for a slot
+            await self._superseded(job, delivery)
             return
         if self._observe is not None:
             self._observe("start", job)
         async with self._slots:  # from acceptance to the handler's end
+            if await self._superseded(job, delivery):
+                return
             prior = self._claim(job)
             if prior is None:
                 if not await self._accept(job, delivery):
@@ -251,6 +274,25 @@ class Runtime:
             self._observe("end", job)
         self.stats["served"] += 1
 
+    async def _superseded(self, job: Job, delivery: Delivery) -> bool:
+        """Whether ``job``'s attempt is known to be superseded; if so it is acknowledged with no
+        answer and never run. A check that fails or takes over :data:`CURRENT_S` (the store away)
+        lets the job run, as it would without the check."""
+        gone = (job.stage, job.fence) in self.cancelled
+        if not gone and self._current is not None:
+            try:
+                ask = self._current(job.run_id, job.stage, job.attempt, job.fence)
+                gone = not await asyncio.wait_for(ask, CURRENT_S)
+            except Exception as exc:  # TimeoutError included: a slow store never holds the job
+                log.warning("cannot tell whether job %s is current, running it: %s",
+                            job.message_id, str(exc) or type(exc).__name__)  # fmt: skip
+        if gone:
+            log.info("job %s: attempt %d of %r was superseded, not run",
+                     job.message_id, job.attempt, job.stage)  # fmt: skip
+            self.stats["superseded"] += 1
+            await self._ack(delivery)
+        return gone
+
     def _claim(self, job: Job) -> Any:
         """``None`` to go ahead; otherwise the prior record (answered by :meth:`_answer_again`)."""
         return self.acceptance.claim(job.run_id, job.stage, job.attempt, job.fence)
@@ -258,7 +300,7 @@ class Runtime:
     async def _accept(self, job: Job, delivery: Delivery) -> bool:
         """Publish ``accepted`` (bounded retries); False if it never was confirmed, and then the
         claim is released and the job returned to its queue: nobody ran it, nobody knows of it."""
-        if await self._deliver(*outcome(job, "accepted", worker_id=self.worker_id)):
+        if await self._deliver(*self._outcome(job, "accepted", worker_id=self.worker_id)):
             return True
         self.acceptance.release(job.run_id, job.stage, job.attempt, job.fence)
         await self._return(delivery)
@@ -268,7 +310,7 @@ class Runtime:
         """A redelivery of an accepted job: re-announce it and republish its recorded outcome,
         then ack — or, if the broker does not confirm them in time, return it for another try."""
         self.stats["reannounced"] += 1
-        done = await self._deliver(*outcome(job, "accepted", worker_id=self.worker_id))
+        done = await self._deliver(*self._outcome(job, "accepted", worker_id=self.worker_id))
         if done and final is not None:
             done = await self._deliver(outcome_message_id(final), final)
         if done:
@@ -287,7 +329,9 @@ class Runtime:
 
         def emit(percent: float, message: str) -> None:
             coro = self._publish(
-                *outcome(job, "progress", {"percent": percent, "message": message}, seq=next(seq))
+                *self._outcome(
+                    job, "progress", {"percent": percent, "message": message}, seq=next(seq)
+                )
             )
             if threading.get_ident() == owner:
                 pending.append(asyncio.ensure_future(coro))
@@ -329,7 +373,7 @@ class Runtime:
         if beats or waits:
             await asyncio.gather(*beats, *waits, return_exceptions=True)
         kind, body = final
-        return outcome(job, kind, body)
+        return self._outcome(job, kind, body)
 
     async def _call(self, binding: Binding, payload: dict[str, Any], ctx: Context) -> Any:
         if binding.is_async:
@@ -345,7 +389,7 @@ class Runtime:
         while True:
             n += 1
             try:
-                await self._publish(*outcome(job, "heartbeat", {"at": time.time()}, seq=n))
+                await self._publish(*self._outcome(job, "heartbeat", {"at": time.time()}, seq=n))
             except Exception as exc:  # the broker away: the next beat tries again
                 log.warning("heartbeat of job %s not sent: %s", job.message_id, exc)
             await asyncio.sleep(self._heartbeat_ms / 1000)
@@ -360,6 +404,10 @@ class Runtime:
             return True
         await self._return(delivery)
         return False
+
+    def _outcome(self, job: Job, kind: str, *args: Any, **kwargs: Any) -> tuple[str, bytes]:
+        """An outcome answering ``job``, this worker named as its producer."""
+        return outcome(job, kind, *args, producer=self.worker_id, **kwargs)
 
     async def _publish(self, message_id: str, body: bytes) -> None:
         await self.outcomes.publish(message_id, body)

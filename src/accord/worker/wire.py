@@ -169,6 +169,28 @@ def _identity(doc: Mapping[str, Any]) -> Job:
     return Job(dict(doc), run_id, stage, attempt, str(fence))
 
 
+PROGRESS_NOTE_CHARS = 500  # progress@1's limit on a progress note
+
+
+def _result_version(job: Job) -> int:
+    """The result contract version the job asks for (``resultSchemaVersion``), 1 if unstated."""
+    version = job.envelope.get("resultSchemaVersion")
+    return (
+        version if isinstance(version, int) and not isinstance(version, bool) and version > 0 else 1
+    )
+
+
+def _progress(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A progress report within progress@1: percent held to 0..100, the note cut to its limit."""
+    percent = payload.get("percent", 0)
+    if isinstance(percent, int | float) and not isinstance(percent, bool):
+        percent = min(max(percent, 0), 100)
+    out = {**payload, "percent": percent}
+    if "message" in out:
+        out["message"] = str(out["message"])[:PROGRESS_NOTE_CHARS]
+    return out
+
+
 def outcome(
     job: Job,
     kind: str,
@@ -176,16 +198,22 @@ def outcome(
     *,
     seq: int = 0,
     worker_id: str | None = None,
+    producer: str | None = None,
     **extra: Any,
 ) -> tuple[str, bytes]:
-    """``(message id, body)`` of an outcome envelope answering ``job``."""
+    """``(message id, body)`` of an ``outcome@1`` envelope answering ``job``: caused by the
+    job's message, its payload within the contract ``kind`` selects (a ``succeeded`` payload at
+    the job's ``resultSchemaVersion``)."""
     message_id = outcome_id(job.message_id, kind, seq)
     if job.opened is not None and payload is not None:
         payload = scrub(payload, job.opened)
+    if kind == "progress" and payload is not None:
+        payload = _progress(payload)
     body = encode_outcome(
         message_id, kind, run_id=job.run_id, stage=job.stage, attempt=job.attempt,
         fence=job.fence, tenant=job.envelope.get("tenant", ""), payload=payload,
-        worker_id=worker_id, **extra,
+        worker_id=worker_id, causation_id=job.message_id, producer=producer,
+        contract_version=_result_version(job) if kind == "succeeded" else 1, **extra,
     )  # fmt: skip
     return message_id, body
 

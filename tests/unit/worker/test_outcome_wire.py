@@ -46,8 +46,14 @@ def test_the_testing_worker_writes_the_same_envelope() -> None:
         "messageId": JOB.message_id, "runId": JOB.run_id, "stage": JOB.stage,
         "attempt": JOB.attempt, "fence": JOB.fence, "tenant": "acme",
     }  # fmt: skip
-    assert testing_workers.outcome(envelope, "succeeded", {"uri": "s3://x"}) == wire.outcome(
-        JOB, "succeeded", {"uri": "s3://x"}
+
+    def untimed(built: tuple[str, bytes]) -> tuple[str, dict[str, Any]]:
+        doc = json.loads(built[1])
+        del doc["occurredAt"]  # when each was built
+        return built[0], doc
+
+    assert untimed(testing_workers.outcome(envelope, "succeeded", {"uri": "s3://x"})) == untimed(
+        wire.outcome(JOB, "succeeded", {"uri": "s3://x"})
     )
     event, _ = parse_outcome(testing_workers.outcome(envelope, "succeeded", {"uri": "s3://x"})[1])
     assert isinstance(event, StageSucceeded) and event.result == {"uri": "s3://x"}

@@ -98,8 +98,9 @@ export class MetadataWorker {
     } catch (error) {
       throw new UnrecoverableError(`accord: the job body is not JSON: ${(error as Error).message}`);
     }
-    const id = identityOf(envelope);
-    if (typeof id === "string") throw new UnrecoverableError(`accord: ${id}`);
+    const found = identityOf(envelope);
+    if (typeof found === "string") throw new UnrecoverableError(`accord: ${found}`);
+    const id: JobIdentity = { ...found, producer: this.config.workerId }; // every outcome names this worker
     const key = this.acceptanceKey(jobId, id.fence);
     const ttl = this.config.acceptanceTtlMs;
     const claimed = await this.redis.set(key, ACCEPTED, "PX", ttl, "NX");

@@ -5,11 +5,17 @@
  *   never integer-like and never containing `:` (`accord.adapters.transports._bullmq_consume`).
  * - **Job data**: `{"message_id": id, "body": "<UTF-8 text>"}`, or `body_b64` for bytes that are
  *   not UTF-8.
- * - **Outcome envelopes**: `{messageId, messageType, runId, stage, attempt, fence, tenant,
- *   payload, ...}` with message id `<job message id>:<kind>` (plus `:<n>` for the n-th
- *   heartbeat), so a job served twice answers with the same ids and the transport drops the copy.
- *   Bodies are canonical JSON (sorted keys, no spaces), as Python's `canonical_json`.
+ * - **Outcome envelopes**: `outcome@1` messages (the generated `OutcomeV1`): the job's identity
+ *   echoed (`runId`, `stage`, `attempt`, `fence`, `tenant`), `correlationId` = the run id,
+ *   `causationId` = the job's message id, `producer`, `occurredAt`, and `contractVersion` = the
+ *   version of the payload's contract (`stage-accepted`, `stage-heartbeat`, `progress`,
+ *   `stage-failed`, or for `succeeded` the job's `resultSchemaVersion`). The message id is
+ *   `<job message id>:<kind>` (plus `:<n>` for the n-th heartbeat), so a job served twice answers
+ *   with the same ids and the transport drops the copy. Bodies are canonical JSON (sorted keys,
+ *   no spaces), as Python's `canonical_json`.
  */
+
+import type { OutcomeV1 } from "@accord/contracts";
 
 export const OUTCOMES_QUEUE = "accord.outcomes";
 
@@ -64,7 +70,14 @@ export interface JobIdentity {
   attempt: number;
   fence: string;
   tenant: string;
+  /** The result contract version the job asks for (`resultSchemaVersion`, 1 when unstated). */
+  resultSchemaVersion: number;
+  /** Who the outcomes name as their producer (`DEFAULT_PRODUCER` when unset). */
+  producer?: string;
 }
+
+/** An outcome's producer when the worker names none. */
+export const DEFAULT_PRODUCER = "accord-worker";
 
 /** The identity of a decoded job envelope, or a reason it has none. */
 export function identityOf(envelope: unknown): JobIdentity | string {
@@ -75,9 +88,11 @@ export function identityOf(envelope: unknown): JobIdentity | string {
   }
   if (typeof e.attempt !== "number" || !Number.isInteger(e.attempt)) return "envelope field attempt must be an integer";
   const tenant = typeof e.tenant === "string" ? e.tenant : "";
+  const version = e.resultSchemaVersion;
+  const resultSchemaVersion = typeof version === "number" && Number.isInteger(version) && version > 0 ? version : 1;
   return {
     messageId: e.messageId as string, runId: e.runId as string, stage: e.stage as string,
-    attempt: e.attempt, fence: e.fence as string, tenant,
+    attempt: e.attempt, fence: e.fence as string, tenant, resultSchemaVersion,
   };
 }
 
@@ -88,13 +103,28 @@ export interface Outcome {
   body: string;
 }
 
+/** Epoch milliseconds as RFC 3339 UTC with milliseconds, as the engine writes times. */
+export function isoMs(atMs: number): string {
+  return new Date(atMs).toISOString();
+}
+
+/**
+ * One outcome@1 answering `job`. `extra` adds top-level fields (`workerId` on `accepted`; a
+ * `producer` there overrides the job's).
+ */
 export function outcome(
   job: JobIdentity, kind: OutcomeKind, payload: Record<string, unknown> = {}, seq = 0,
-  extra: Record<string, unknown> = {},
+  extra: Record<string, unknown> = {}, atMs: number = Date.now(),
 ): Outcome {
   const messageId = `${job.messageId}:${kind}` + (seq ? `:${seq}` : "");
-  const doc = {
-    messageId, messageType: kind, runId: job.runId, stage: job.stage, attempt: job.attempt,
+  const workerId = typeof extra.workerId === "string" ? extra.workerId : undefined;
+  const doc: OutcomeV1 = {
+    messageId, messageType: kind,
+    contractVersion: kind === "succeeded" ? job.resultSchemaVersion : 1,
+    correlationId: job.runId, causationId: job.messageId,
+    producer: job.producer ?? workerId ?? DEFAULT_PRODUCER,
+    occurredAt: isoMs(atMs),
+    runId: job.runId, stage: job.stage, attempt: job.attempt,
     fence: job.fence, tenant: job.tenant, payload, ...extra,
   };
   return { messageId, body: canonicalJson(doc) };

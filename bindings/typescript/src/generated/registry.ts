@@ -564,6 +564,162 @@ export const CONTRACTS: Record<string, ContractEntry> = {
     "tolerates": [],
     "version": 1
   },
+  "outcome-batch@1": {
+    "maxBytes": 1048576,
+    "name": "outcome-batch",
+    "schema": {
+      "$id": "urn:accord:contract:outcome-batch:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "Several outcome@1 messages travelling as one.",
+      "properties": {
+        "messageType": {
+          "enum": [
+            "batch"
+          ],
+          "type": "string"
+        },
+        "outcomes": {
+          "description": "The outcomes, each an outcome@1 message, applied in order.",
+          "items": {
+            "type": "object"
+          },
+          "minItems": 1,
+          "type": "array"
+        }
+      },
+      "required": [
+        "messageType",
+        "outcomes"
+      ],
+      "title": "outcome-batch@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "outcome-batch",
+        "owner": "platform",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "outcome@1": {
+    "maxBytes": 1048576,
+    "name": "outcome",
+    "schema": {
+      "$id": "urn:accord:contract:outcome:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "What a worker reports about one attempt of a job (accepted, heartbeat, progress, succeeded, failed).",
+      "properties": {
+        "attempt": {
+          "maximum": 2147483647,
+          "minimum": 0,
+          "type": "integer"
+        },
+        "causationId": {
+          "description": "The messageId of the job this outcome answers.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "contractVersion": {
+          "description": "Wire version of the payload's contract (for succeeded, the job's resultSchemaVersion).",
+          "minimum": 1,
+          "type": "integer"
+        },
+        "correlationId": {
+          "description": "The run id.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "fence": {
+          "description": "The job's fence, echoed exactly.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "messageId": {
+          "description": "The job's messageId, ':' and messageType, then ':n' for the n-th heartbeat or progress report.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "messageType": {
+          "description": "The kind of report; it selects the payload's contract.",
+          "enum": [
+            "accepted",
+            "heartbeat",
+            "progress",
+            "succeeded",
+            "failed"
+          ],
+          "type": "string"
+        },
+        "occurredAt": {
+          "format": "date-time",
+          "type": "string"
+        },
+        "payload": {
+          "description": "Validated against the contract messageType selects, at contractVersion.",
+          "type": "object"
+        },
+        "producer": {
+          "description": "The worker's id, or accord-worker when the worker names none.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "runId": {
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "stage": {
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "tenant": {
+          "description": "The job's tenant, echoed; the engine checks it against the run's.",
+          "maxLength": 512,
+          "type": "string"
+        },
+        "workerId": {
+          "description": "The worker that took the job (accepted only).",
+          "maxLength": 512,
+          "type": "string"
+        }
+      },
+      "required": [
+        "attempt",
+        "causationId",
+        "contractVersion",
+        "correlationId",
+        "fence",
+        "messageId",
+        "messageType",
+        "occurredAt",
+        "payload",
+        "producer",
+        "runId",
+        "stage",
+        "tenant"
+      ],
+      "title": "outcome@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "outcome",
+        "owner": "platform",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
   "progress@1": {
     "maxBytes": 1048576,
     "name": "progress",
@@ -637,6 +793,65 @@ export const CONTRACTS: Record<string, ContractEntry> = {
       "type": "object",
       "x-accord-contract": {
         "name": "retryable-error",
+        "owner": "platform",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "run-requested@1": {
+    "maxBytes": 1048576,
+    "name": "run-requested",
+    "schema": {
+      "$id": "urn:accord:contract:run-requested:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "Start a run of a workflow; answered by the run whose id the tenant and idempotency key derive.",
+      "properties": {
+        "context": {
+          "description": "The run's context, checked against the plan's context contract; {} when absent.",
+          "type": "object"
+        },
+        "idempotencyKey": {
+          "description": "With the tenant, names the run: a repeated key starts nothing new.",
+          "maxLength": 256,
+          "minLength": 1,
+          "type": "string"
+        },
+        "requestedAt": {
+          "format": "date-time",
+          "type": "string"
+        },
+        "requester": {
+          "description": "Who asked (a user, a service); recorded in the engine's log.",
+          "maxLength": 128,
+          "minLength": 1,
+          "type": "string"
+        },
+        "tenant": {
+          "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$",
+          "type": "string"
+        },
+        "workflow": {
+          "description": "A workflow name (its active plan) or a plan digest sha256:….",
+          "maxLength": 128,
+          "minLength": 1,
+          "pattern": "^([A-Za-z0-9][A-Za-z0-9._-]*|sha256:[0-9a-f]{64})$",
+          "type": "string"
+        }
+      },
+      "required": [
+        "idempotencyKey",
+        "requester",
+        "tenant",
+        "workflow"
+      ],
+      "title": "run-requested@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "run-requested",
         "owner": "platform",
         "status": "active",
         "wireVersion": 1
@@ -762,6 +977,95 @@ export const CONTRACTS: Record<string, ContractEntry> = {
       "x-accord-contract": {
         "name": "semantic-analysis",
         "owner": "discovery",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "stage-accepted@1": {
+    "maxBytes": 1048576,
+    "name": "stage-accepted",
+    "schema": {
+      "$id": "urn:accord:contract:stage-accepted:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "A worker took the job; the attempt is running.",
+      "properties": {},
+      "title": "stage-accepted@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "stage-accepted",
+        "owner": "platform",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "stage-failed@1": {
+    "maxBytes": 1048576,
+    "name": "stage-failed",
+    "schema": {
+      "$id": "urn:accord:contract:stage-failed:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "The attempt failed; retryable says whether a later attempt may succeed.",
+      "properties": {
+        "code": {
+          "description": "Stable error code.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "message": {
+          "maxLength": 2000,
+          "type": "string"
+        },
+        "retryable": {
+          "type": "boolean"
+        }
+      },
+      "required": [
+        "code",
+        "message",
+        "retryable"
+      ],
+      "title": "stage-failed@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "stage-failed",
+        "owner": "platform",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "stage-heartbeat@1": {
+    "maxBytes": 1048576,
+    "name": "stage-heartbeat",
+    "schema": {
+      "$id": "urn:accord:contract:stage-heartbeat:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "The attempt is still running.",
+      "properties": {
+        "at": {
+          "description": "The worker's clock when it beat, in seconds since the Unix epoch.",
+          "minimum": 0,
+          "type": "number",
+          "x-accord-unit": "s"
+        }
+      },
+      "title": "stage-heartbeat@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "stage-heartbeat",
+        "owner": "platform",
         "status": "active",
         "wireVersion": 1
       }

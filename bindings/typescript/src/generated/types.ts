@@ -164,6 +164,73 @@ export interface ModelIngestContextV1 {
 }
 
 /**
+ * What a worker reports about one attempt of a job (accepted, heartbeat, progress, succeeded, failed).
+ */
+export interface OutcomeV1 {
+  attempt: number;
+  /**
+   * The messageId of the job this outcome answers.
+   */
+  causationId: string;
+  /**
+   * Wire version of the payload's contract (for succeeded, the job's resultSchemaVersion).
+   */
+  contractVersion: number;
+  /**
+   * The run id.
+   */
+  correlationId: string;
+  /**
+   * The job's fence, echoed exactly.
+   */
+  fence: string;
+  /**
+   * The job's messageId, ':' and messageType, then ':n' for the n-th heartbeat or progress report.
+   */
+  messageId: string;
+  /**
+   * The kind of report; it selects the payload's contract.
+   */
+  messageType: "accepted" | "heartbeat" | "progress" | "succeeded" | "failed";
+  occurredAt: string;
+  /**
+   * Validated against the contract messageType selects, at contractVersion.
+   */
+  payload: {
+    [k: string]: unknown | undefined;
+  };
+  /**
+   * The worker's id, or accord-worker when the worker names none.
+   */
+  producer: string;
+  runId: string;
+  stage: string;
+  /**
+   * The job's tenant, echoed; the engine checks it against the run's.
+   */
+  tenant: string;
+  /**
+   * The worker that took the job (accepted only).
+   */
+  workerId?: string;
+}
+
+/**
+ * Several outcome@1 messages travelling as one.
+ */
+export interface OutcomeBatchV1 {
+  messageType: "batch";
+  /**
+   * The outcomes, each an outcome@1 message, applied in order.
+   *
+   * @minItems 1
+   */
+  outcomes: {
+    [k: string]: unknown | undefined;
+  }[];
+}
+
+/**
  * Progress reported by a running attempt.
  */
 export interface ProgressV1 {
@@ -184,6 +251,32 @@ export interface RetryableErrorV1 {
   };
   message: string;
   retryAfterMs?: number | null;
+}
+
+/**
+ * Start a run of a workflow; answered by the run whose id the tenant and idempotency key derive.
+ */
+export interface RunRequestedV1 {
+  /**
+   * The run's context, checked against the plan's context contract; {} when absent.
+   */
+  context?: {
+    [k: string]: unknown | undefined;
+  };
+  /**
+   * With the tenant, names the run: a repeated key starts nothing new.
+   */
+  idempotencyKey: string;
+  requestedAt?: string;
+  /**
+   * Who asked (a user, a service); recorded in the engine's log.
+   */
+  requester: string;
+  tenant: string;
+  /**
+   * A workflow name (its active plan) or a plan digest sha256:….
+   */
+  workflow: string;
 }
 
 /**
@@ -221,6 +314,33 @@ export interface SemanticAnalysisRequestV1 {
   maxTags?: number;
   modelId: string;
   storageConnectionRef?: string;
+}
+
+/**
+ * A worker took the job; the attempt is running.
+ */
+export interface StageAcceptedV1 {}
+
+/**
+ * The attempt failed; retryable says whether a later attempt may succeed.
+ */
+export interface StageFailedV1 {
+  /**
+   * Stable error code.
+   */
+  code: string;
+  message: string;
+  retryable: boolean;
+}
+
+/**
+ * The attempt is still running.
+ */
+export interface StageHeartbeatV1 {
+  /**
+   * The worker's clock when it beat, in seconds since the Unix epoch.
+   */
+  at?: number;
 }
 
 /**

@@ -159,6 +159,10 @@ def check_prefetch(queue: str, prefetch: int) -> None:
         raise ValueError(f"consume({queue!r}): prefetch must be >= 1, got {prefetch}")
 
 
+START_TRIES = 4  # starts of a stream tried before a read fails
+START_PAUSE_S = 0.5  # between those tries
+
+
 class _Closable(Protocol):
     @property
     def closed(self) -> bool: ...
@@ -177,16 +181,25 @@ class BrokerStream:
         raise NotImplementedError
 
     async def _started(self, transport: _Closable, queue: str) -> None:
-        """Wait for the stream's start (beginning it if need be) before a read."""
-        if self._starting is None and not self._closed:  # one start, however many readers
-            self._starting = asyncio.ensure_future(self._start())
-        if self._starting is not None and not self._starting.done():
-            await asyncio.wait([self._starting])  # a timeout around us leaves the start running
-        if self._starting is not None and self._starting.done():
+        """Wait for the stream's start (beginning it if need be) before a read. A start that
+        fails is tried again :data:`START_TRIES` times in all, :data:`START_PAUSE_S` apart, before
+        the read fails: a broker may refuse a first consume it would take a moment later (a
+        RabbitMQ quorum queue consumed before its leader is up closes the connection, which
+        the robust connection then reopens)."""
+        for tries_left in range(START_TRIES - 1, -1, -1):
+            if self._starting is None and not self._closed:  # one start, however many readers
+                self._starting = asyncio.ensure_future(self._start())
+            if self._starting is not None and not self._starting.done():
+                await asyncio.wait([self._starting])  # a timeout around us leaves it running
+            if self._starting is None or not self._starting.done():
+                return
             failed = self._starting.cancelled() or self._starting.exception() is not None
-            if failed and not (self._closed or transport.closed):
-                self._starting = None  # the next call tries again
+            if not failed or self._closed or transport.closed:
+                return
+            self._starting = None  # the next call tries again
+            if not tries_left:
                 raise TransportError(f"cannot consume {queue!r}", retryable=True)
+            await asyncio.sleep(START_PAUSE_S)
 
 
 class _Consumer:

@@ -509,6 +509,38 @@ class BullmqTransport(TransportBase):
             raise TransportError(f"removing from {queue!r} failed: {exc}", retryable=True) from exc
         return list(dict.fromkeys(done))
 
+    async def withdraw(self, queue: str, message_id: str) -> bool:
+        """Remove a job nobody holds (waiting, paused, delayed or prioritized, or active with a
+        lapsed lock) with BullMQ's ``removeJob``, watched so a job taken meanwhile is left to its
+        consumer; a locked, completed or failed job is left alone (:class:`Withdraw`). Its id is
+        then unknown: only a republish of the same job (an outbox entry handed over again) could
+        add it back, and the worker refuses that one as superseded."""
+        ops, job_id = self.ops(queue), job_id_for(message_id)
+        job_key, remove = ops.prefix + job_id, ops.commands["removeJob"]
+        failed = self.queue(queue).toKey("failed")
+        try:
+            await self.redis.script_load(remove.script)
+            async with self.redis.pipeline(transaction=True) as pipe:
+                await pipe.watch(job_key)
+                if (
+                    not await pipe.exists(job_key)
+                    or await pipe.exists(job_key + ":lock")
+                    or await pipe.zscore(ops.completed, job_id) is not None
+                    or await pipe.zscore(failed, job_id) is not None
+                ):
+                    return False
+                pipe.multi()  # type: ignore[no-untyped-call]
+                pipe.evalsha(remove.sha, 2, job_key, ops.repeat, job_id, 0, ops.prefix)
+                try:
+                    (removed,) = await pipe.execute()
+                except WatchError:  # taken (or settled) meanwhile: its consumer has it
+                    return False
+        except (RedisError, OSError) as exc:
+            raise TransportError(
+                f"withdrawing from {queue!r} failed: {exc}", retryable=True
+            ) from exc
+        return bool(removed == 1)
+
     async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
         """Failed jobs back to the wait list with BullMQ's ``reprocessJob``, their attempt
         counts reset: the job moves in one script, so it is never lost."""

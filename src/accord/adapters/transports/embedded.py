@@ -35,6 +35,7 @@ from accord.engine.ports import (
     Store,
     Waiting,
 )
+from accord.engine.runtime.outbox import cancelled_job
 
 __all__ = ["SCHEMA", "EmbeddedTransport"]
 
@@ -261,6 +262,27 @@ class EmbeddedTransport(QueueTransport):
 
         return await self.db.write(remove, "remove", "transport")
 
+    async def withdraw(self, queue: str, message_id: str) -> bool:
+        """Settle a message nobody holds as if acknowledged, unread (:class:`Withdraw`)."""
+        return bool(await self.db.write(self.withdraw_rider(queue, message_id), "withdraw",
+                                        "transport"))  # fmt: skip
+
+    def withdraw_rider(self, queue: str, message_id: str) -> Callable[[sqlite3.Connection], int]:
+        """Withdraw inside another write transaction: the row of a message that is ready or
+        delayed, or whose lease lapsed, is settled (kept for the dedup window, so a late
+        republish is dropped too); a leased, settled or unknown one is left alone."""
+        now = self.clock.now_ms()
+        if self.options.dedup_ms:
+            sql = "UPDATE accord_queue SET state = 1, settled_at = ?, body = X'', receipt = NULL "
+            args: tuple[Any, ...] = (now, queue, message_id, now)
+        else:
+            sql, args = "DELETE FROM accord_queue ", (queue, message_id, now)
+        where = (
+            "WHERE queue = ? AND message_id = ? AND state = 0"
+            " AND (receipt IS NULL OR avail_at <= ?)"
+        )
+        return lambda c: c.execute(sql + where, args).rowcount
+
     async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
         """Dead letters back to ready in place, one transaction: never lost, counted afresh."""
         now = self.clock.now_ms()
@@ -300,6 +322,9 @@ class _EmbeddedJoint:
     ) -> int:
         riders = [self.queue.ack_rider(d) for d in acked]
         riders += [self.queue.publish_rider(m.queue, m.message_id, m.body) for m in messages]
+        # a cancel's fenced job, still waiting, is withdrawn by the same transaction
+        jobs = (cancelled_job(m.queue, m.message_id) for m in messages)
+        riders += [self.queue.withdraw_rider(*job) for job in jobs if job is not None]
         version = await self.store.commit(commit, riders, durable=durable)
         self.queue.riders_committed((m.queue for m in messages), acked)
         return version

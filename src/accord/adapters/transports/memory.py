@@ -182,6 +182,21 @@ class MemoryTransport(QueueTransport):
                 done.append(message_id)
         return done
 
+    async def withdraw(self, queue: str, message_id: str) -> bool:
+        """Settle a message nobody holds as if acknowledged, unread: its id stays known for the
+        dedup window, so a late republish of the fenced job is dropped too (:class:`Withdraw`)."""
+        message = self._ready.get(queue, {}).get(message_id)
+        now = self.clock.now_ms()
+        if message is None or (message.receipt is not None and message.avail_at > now):
+            return False  # unknown, settled, or leased to a consumer
+        self._ready[queue].pop(message_id)
+        message.receipt = None
+        if self.options.dedup_ms:
+            message.state, message.settled_at, message.body = ACKED, now, b""
+        else:
+            del self._queues[queue][message_id]
+        return True
+
     async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
         now, done = self.clock.now_ms(), []
         for message_id in dict.fromkeys(message_ids):

@@ -12,6 +12,12 @@ outbox: the commit that made it is durable, so the failure is logged and the del
 committed it still succeeds; the sweep offers the entry again once it is ``grace_ms`` old. The
 other entries of the commit are handed off regardless.
 
+A cancellation request fences an attempt for good, so its job, if still waiting in the broker,
+is withdrawn before the request is published, on a transport that can take a message back
+(:class:`~accord.engine.ports.Withdraw`: BullMQ and the queue tables). A job a worker already holds
+stays, and so does every job on RabbitMQ: the worker checks that its attempt is current before it
+runs the handler. A withdrawal that fails leaves the entry to the sweep, like a failed publish.
+
 Done-marks are buffered and written in batches: a late mark costs at most a harmless republish.
 Telemetry has its own bounded queue and consumer; when the sink is slow the queue fills, entries
 stay in the outbox, and the sweep offers them again later — progress never waits for it.
@@ -29,9 +35,9 @@ import os
 from collections.abc import Sequence
 
 from accord.canonical import canonical_json
-from accord.engine.ports import Clock, OutboxEntry, Sink, Store, Transport
+from accord.engine.ports import Clock, OutboxEntry, Sink, Store, Transport, Withdraw
 from accord.engine.runtime.actions import ActionExecutor
-from accord.engine.runtime.outbox import control_queue
+from accord.engine.runtime.outbox import control_queue, withdrawal
 
 __all__ = ["Dispatcher"]
 
@@ -63,6 +69,8 @@ class Dispatcher:
         self._telemetry_pending: set[str] = set()
         self.published = 0
         self.failed = 0  # hand-offs that failed and were left to the sweep
+        self.withdrawn = 0  # jobs of fenced attempts taken back before any worker took them
+        self._withdraw = transport if isinstance(transport, Withdraw) else None
         self._crash_hits = 0
 
     async def dispatch(self, entries: Sequence[OutboxEntry], *, inline: int = 0) -> None:
@@ -102,6 +110,8 @@ class Dispatcher:
                 return  # another engine process with actions will sweep it up
             self.actions.submit(entry.entry_id, entry.run_id, entry.payload)
         elif topic.startswith("cancel:"):
+            if self._withdraw is not None and (job := withdrawal(entry)) is not None:
+                self.withdrawn += await self._withdraw.withdraw(*job)
             queue = control_queue(topic[7:] or None)
             await self._transport.publish(queue, entry.entry_id, canonical_json(entry.payload))
             self._done.append(entry.entry_id)

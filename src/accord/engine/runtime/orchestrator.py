@@ -23,8 +23,9 @@ callbacks are recorded at most :data:`REFUSALS_RECORDED` times per attempt (:cla
 :meth:`start_run` refuses an unsafe tenant and a context its plan's contract rejects.
 
 The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
-outcome intake, telemetry, the reconciler, and history retention (ended runs older than
-``retention_ms`` are pruned, :mod:`.retention`). :meth:`stop` stops intake and timers first,
+outcome intake, run requests (``run-requested@1`` on ``accord.runs``, :mod:`.requests`),
+telemetry, the reconciler, and history retention (ended runs older than ``retention_ms`` are
+pruned, :mod:`.retention`). :meth:`stop` stops intake and timers first,
 waits for in-flight deliveries and actions, flushes, and closes the ports it owns. The engine
 never imports an adapter: :func:`accord.adapters.open_engine` opens the ports from URLs.
 """
@@ -80,6 +81,7 @@ from accord.engine.runtime.lifecycle import Loops
 from accord.engine.runtime.outbox import build_commit, changed_index, without_telemetry
 from accord.engine.runtime.plans import PlanBook
 from accord.engine.runtime.reconciler import Reconciler, ReconcileReport
+from accord.engine.runtime.requests import RUNS_QUEUE, RunRequests
 from accord.engine.runtime.retention import DEFAULT_RETENTION_MS, Retention
 from accord.engine.runtime.runcache import RunCache
 from accord.engine.runtime.sealed import seal_context, seal_result
@@ -125,7 +127,7 @@ _CALLBACKS = (
     PoisonReported,
 )
 _CALLBACK_KINDS = frozenset(c.kind for c in _CALLBACKS)
-TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # a tenant, in full
+TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # in full; within envelope@1's
 REFUSALS_RECORDED = 20  # refused callbacks recorded per attempt; the rest are counted
 
 
@@ -200,6 +202,7 @@ class EngineOptions:
 
     owner: str | None = None  # names this process in leases; default: ``engine-<random>``
     outcomes_queue: str = OUTCOMES_QUEUE
+    runs_queue: str = RUNS_QUEUE  # run-requested@1 messages (accord.engine.runtime.requests)
     lease_ms: int = 30_000  # outbox and timer claims
     grace_ms: int = 5_000  # an outbox entry younger than this is left to the process that wrote it
     poll_ms: int = 50
@@ -284,8 +287,10 @@ class Engine:
         # sensitive fields are sealed at rest with this ring (accord.engine.runtime.sealed) and
         # opened only where the engine binds an action's inputs
         self.sealing = self.executor.keyring = sealing
+        # any process starts a run by publishing run-requested@1 on runs_queue (requests.py)
+        self.requests = RunRequests(self, transport, queue=opts.runs_queue, hold=self.hold)
         if catalog is not None:  # quarantine records mask what these contracts mark sensitive
-            self.intake.contracts = catalog.messages()
+            self.intake.contracts = self.requests.contracts = catalog.messages()
         self.refusals = RefusalBook(store)
         self.reconciler = Reconciler(
             store, transport, clock, self.deliver, dispatcher=self.dispatcher, runs=self.runs,
@@ -347,6 +352,15 @@ class Engine:
             )
         )
         return rid
+
+    async def check_start(
+        self, workflow: str, context: Mapping[str, JsonValue] | None, tenant: str
+    ) -> Plan:
+        """The plan :meth:`start_run` would start, after the checks it would make (raising what
+        it would raise), starting nothing: for requesters that want the answer first."""
+        plan = await self.plans.resolve(workflow)
+        self._check_start(plan, tenant, context)
+        return plan
 
     def _check_start(self, plan: Plan, tenant: Any, context: Any) -> None:
         where = f"start of {plan.name}"
@@ -610,6 +624,8 @@ class Engine:
 
     async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
         await self.loops.start(intake=intake, reconcile_first=reconcile_first)
+        if intake:  # run requests are intake too: taken only where outcomes are
+            self.requests.start()
         if self.retention is not None and self._retention_task is None:
             self._retention_stop.clear()
             run = self.retention.run(self._retention_stop)
@@ -621,6 +637,7 @@ class Engine:
             self._retention_stop.set()
             await asyncio.gather(self._retention_task, return_exceptions=True)
             self._retention_task = None
+        await self.requests.stop()  # no new runs, then the loops stop as before
         await self.loops.stop()
         if self._owns_ports:
             await self.transport.close()

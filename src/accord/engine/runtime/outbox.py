@@ -9,6 +9,8 @@ Topics name where an outbox entry goes once the commit is durable:
 - ``job:<queue>``      a worker job, published to transport queue ``<queue>``;
 - ``action``           an in-process action (also finalisers and compensations);
 - ``cancel:<queue>``   a cooperative cancellation request, published to :func:`control_queue`;
+                       the fenced attempt's job is also withdrawn from ``<queue>`` where the
+                       transport can (:func:`withdrawal`);
 - ``telemetry``        a telemetry event, drained by its own consumer so a slow sink never
                        holds up progress (I7).
 
@@ -38,14 +40,17 @@ from accord.engine.ports import Commit, JsonDict, OutboxEntry, Timer
 __all__ = [
     "CONTROL_QUEUE",
     "build_commit",
+    "cancelled_job",
     "changed_index",
     "control_queue",
     "entry_for",
     "timer_for",
+    "withdrawal",
     "without_telemetry",
 ]
 
 CONTROL_QUEUE = "accord.control"
+_CANCEL = ":cancel"  # a cancel entry's id is its job's id with this suffix
 
 
 def control_queue(queue: str | None) -> str:
@@ -64,12 +69,31 @@ def entry_for(run_id: str, effect: Effect, now_ms: int) -> OutboxEntry | None:
     if isinstance(effect, RequestCancellation):
         topic = f"cancel:{effect.queue or ''}"
         # its own id: the job's entry (same job id) may still be pending in the outbox
-        entry_id = f"{effect.job_id}:cancel"
+        entry_id = f"{effect.job_id}{_CANCEL}"
         return OutboxEntry(entry_id, run_id, topic, effect_to_json(effect), now_ms)
     if isinstance(effect, EmitTelemetry):
         payload = effect_to_json(effect) | {"run_id": run_id, "at_ms": now_ms}
         return OutboxEntry(effect.event_id, run_id, "telemetry", payload, now_ms)
     return None
+
+
+def withdrawal(entry: OutboxEntry) -> tuple[str, str] | None:
+    """``(queue, message id)`` of the job a cancel entry's attempt was dispatched as, or
+    ``None`` (not a cancel, or an action's: no job waits in a queue). The attempt is fenced, so
+    its job, if still waiting, can only ever be refused: it is taken back rather than delivered."""
+    if not entry.topic.startswith("cancel:") or not entry.topic[7:]:
+        return None
+    job_id = entry.payload.get("job_id")
+    return (entry.topic[7:], job_id) if isinstance(job_id, str) and job_id else None
+
+
+def cancelled_job(queue: str, message_id: str) -> tuple[str, str] | None:
+    """:func:`withdrawal` for a cancel already turned into a control queue message (a joint
+    commit): ``(job queue, job message id)``, or ``None`` for any other message."""
+    head = CONTROL_QUEUE + "."
+    if not queue.startswith(head) or not message_id.endswith(_CANCEL) or len(queue) == len(head):
+        return None
+    return queue[len(head) :], message_id[: -len(_CANCEL)]
 
 
 def timer_for(run_id: str, effect: ScheduleTimer) -> Timer:

@@ -1,39 +1,53 @@
 """The outcome envelope on the wire: what a worker sends the engine, built and read in one place.
 
-An outcome envelope names the attempt it reports on and what happened::
+An outcome is an ``outcome@1`` message (``schemas/contracts/outcome.v1.yaml``): it names the
+attempt it reports on and what happened::
 
     {"messageId": "...", "messageType": "accepted" | "heartbeat" | "progress" | "succeeded"
                                        | "failed",
+     "contractVersion": 1, "correlationId": "<run id>", "causationId": "<job message id>",
+     "producer": "<worker id>", "occurredAt": "2026-01-01T00:00:00.000Z",
      "runId": "...", "stage": "...", "attempt": 1, "fence": "...", "tenant": "...",
      "workerId": "...", "payload": {...}}
 
-``succeeded`` carries the result as ``payload``; ``failed`` carries ``{code, message,
-retryable}``; ``progress`` carries ``{percent, message}``; ``accepted`` names the worker
-(``workerId``). An outcome's id derives from the id of the job it answers
-(:func:`outcome_id`), so a redelivered job yields the same ids. The worker SDK builds envelopes
-with :func:`encode_outcome`; intake reads them with :func:`parse_delivery` / :func:`outcome_event`.
+The payload's contract follows from ``messageType``: ``stage-accepted`` (empty; ``workerId``
+names the worker), ``stage-heartbeat`` (``{at}``), ``progress`` (``{percent, message}``),
+``stage-failed`` (``{code, message, retryable}``), and for ``succeeded`` the stage's result
+contract, ``contractVersion`` being the job's ``resultSchemaVersion``. An outcome's id derives
+from the id of the job it answers (:func:`outcome_id`), so a redelivered job yields the same ids.
+The worker SDK builds envelopes with :func:`encode_outcome`; intake reads them with
+:func:`parse_delivery` / :func:`outcome_event`, which also read outcomes written before the
+contract (no ``contractVersion``, ``correlationId``, ``causationId``, ``producer`` or
+``occurredAt``) for as long as such messages may still be queued.
 
-**Batches.** Several outcomes may travel as one message (:func:`encode_batch`)::
+**Batches.** Several outcomes may travel as one ``outcome-batch@1`` message (:func:`encode_batch`)::
 
     {"messageType": "batch", "outcomes": [<outcome envelope>, ...]}
 
 **Quarantine records.** What a reader cannot take (a poison job at a worker, an unreadable
 outcome at intake) is kept on ``<queue>.quarantine`` as ``{queue, message_id, reason, body}``
-(:func:`quarantine_record`, the body cut to 64 KiB of text), under the id
-``quarantine:<message_id>``. Workers before this module wrote ``messageId`` there;
-:func:`read_quarantine` reads both.
+(:func:`quarantine_record`, the body cut to 4 KiB of text), under the id
+``quarantine:<message_id>``: a record for operators, documented in the outcome contract's
+comments rather than a contract (its member names predate the contract grammar). Workers before
+this module wrote ``messageId`` there; :func:`read_quarantine` reads both.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import re
+import time
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic import ValidationError as ModelError
 
 from accord.canonical import canonical_json
 from accord.contracts.model import MessageContract
@@ -46,36 +60,54 @@ from accord.engine.machine.events import (
     StageFailed,
     StageSucceeded,
 )
+from accord.engine.machine.ids import iso_ms
+from accord.generated.outcome_v1 import OutcomeV1
+from accord.generated.progress_v1 import ProgressV1
+from accord.generated.stage_accepted_v1 import StageAcceptedV1
+from accord.generated.stage_failed_v1 import StageFailedV1
+from accord.generated.stage_heartbeat_v1 import StageHeartbeatV1
 
 __all__ = [
     "ATTEMPT",
     "BATCH_TYPE",
+    "CAUSATION_ID",
+    "CONTRACT_VERSION",
+    "CORRELATION_ID",
+    "DEFAULT_PRODUCER",
     "FENCE",
     "MAX_JSON_DEPTH",
     "MAX_OUTCOME_BYTES",
     "MESSAGE_ID",
     "MESSAGE_TYPE",
+    "OCCURRED_AT",
     "OUTCOMES",
     "PAYLOAD",
+    "PAYLOAD_MODELS",
+    "PRODUCER",
     "RUN_ID",
     "STAGE",
     "TENANT",
     "WORKER_ID",
     "MalformedOutcome",
     "UndecodableJson",
+    "check_contract",
     "decode_json",
     "encode_batch",
     "encode_outcome",
+    "job_id_of",
     "outcome_event",
     "outcome_id",
     "outcome_message_id",
     "parse_delivery",
     "parse_outcome",
+    "payload_violations",
     "quarantine_message",
     "quarantine_queue",
     "quarantine_record",
     "read_quarantine",
 ]
+
+log = logging.getLogger("accord.engine.intake")
 
 # the envelope's field names
 MESSAGE_ID = "messageId"
@@ -88,6 +120,12 @@ TENANT = "tenant"
 WORKER_ID = "workerId"
 PAYLOAD = "payload"
 OUTCOMES = "outcomes"  # a batch's members
+CONTRACT_VERSION = "contractVersion"
+CORRELATION_ID = "correlationId"
+CAUSATION_ID = "causationId"
+PRODUCER = "producer"
+OCCURRED_AT = "occurredAt"
+DEFAULT_PRODUCER = "accord-worker"  # an outcome's producer when no worker id is given
 
 BATCH_TYPE = "batch"
 MAX_OUTCOME_BYTES = 1_048_576  # one outcome, and one batch of them
@@ -144,6 +182,16 @@ def outcome_id(job_message_id: str, kind: str, seq: int = 0) -> str:
     return f"{job_message_id}:{kind}" + (f":{seq}" if seq else "")
 
 
+def job_id_of(message_id: str, kind: str) -> str:
+    """The id of the job an outcome's id answers (the inverse of :func:`outcome_id`); the id
+    itself when it does not follow the rule."""
+    head, _, tail = message_id.rpartition(":")
+    if tail.isdigit() and head.endswith(f":{kind}"):
+        message_id = head
+    suffix = f":{kind}"
+    return message_id[: -len(suffix)] if message_id.endswith(suffix) else message_id
+
+
 def encode_outcome(
     message_id: str,
     kind: str,
@@ -155,12 +203,26 @@ def encode_outcome(
     tenant: str = "",
     payload: Mapping[str, Any] | None = None,
     worker_id: str | None = None,
+    contract_version: int = 1,
+    causation_id: str | None = None,
+    producer: str | None = None,
+    occurred_at_ms: int | None = None,
     **extra: Any,
 ) -> bytes:
-    """The canonical body of one outcome envelope (``extra``: further top-level fields)."""
+    """The canonical body of one ``outcome@1`` envelope (``extra``: further top-level fields).
+
+    ``contract_version`` is the payload contract's version (for ``succeeded``, the job's
+    ``resultSchemaVersion``); ``causation_id`` defaults to the job id ``message_id`` answers,
+    ``producer`` to ``worker_id`` (else :data:`DEFAULT_PRODUCER`), the time to now."""
+    at_ms = int(time.time() * 1000) if occurred_at_ms is None else occurred_at_ms
     doc: dict[str, Any] = {
         MESSAGE_ID: message_id,
         MESSAGE_TYPE: kind,
+        CONTRACT_VERSION: contract_version,
+        CORRELATION_ID: run_id,
+        CAUSATION_ID: causation_id or job_id_of(message_id, kind),
+        PRODUCER: producer or worker_id or DEFAULT_PRODUCER,
+        OCCURRED_AT: iso_ms(at_ms),
         RUN_ID: run_id,
         STAGE: stage,
         ATTEMPT: attempt,
@@ -287,8 +349,63 @@ def parse_delivery(body: bytes) -> tuple[bool, list[tuple[Any, Event | Malformed
     return True, parsed
 
 
+# the payload contract each outcome kind selects, by contractVersion (succeeded: the stage's
+# result contract, which the engine's result checks apply with the plan at hand)
+PAYLOAD_MODELS: dict[tuple[str, int], tuple[str, type[BaseModel]]] = {
+    ("accepted", 1): ("stage-accepted@1", StageAcceptedV1),
+    ("heartbeat", 1): ("stage-heartbeat@1", StageHeartbeatV1),
+    ("progress", 1): ("progress@1", ProgressV1),
+    ("failed", 1): ("stage-failed@1", StageFailedV1),
+}
+
+
+def _model_reason(ref: str, exc: ModelError, prefix: str = "") -> str:
+    """The first failures of a binding's check: ``not a valid outcome@1 message: field 'a.b':
+    ...``, paths spelled as the other refusals spell them."""
+    said = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in (*([prefix] if prefix else []), *err["loc"]))
+        said.append(f"field {where!r}: {err['msg']}" if where else str(err["msg"]))
+    return f"not a valid {ref} message: " + "; ".join(said)
+
+
+payload_violations: Counter[str] = Counter()  # payload contract -> outcomes that broke it
+
+
+def check_contract(doc: dict[str, Any]) -> None:
+    """Check an outcome that declares its contract (``contractVersion``) against ``outcome@1``
+    through the generated binding; raises :class:`MalformedOutcome` naming the failing fields.
+
+    The payload is checked against the contract its kind selects in shadow mode: a violation is
+    counted in :data:`payload_violations` and logged, never refused, while producers written
+    before the payload contracts may still be running (intake reads only the payload fields
+    :func:`outcome_event` checks by name). An outcome without ``contractVersion`` was written
+    before the contract and is read as it always was."""
+    try:
+        OutcomeV1.model_validate(doc)
+    except ModelError as exc:
+        raise MalformedOutcome(_model_reason("outcome@1", exc)) from None
+    kind, version = doc[MESSAGE_TYPE], doc[CONTRACT_VERSION]
+    if kind == "succeeded":
+        return
+    found = PAYLOAD_MODELS.get((kind, version))
+    if found is None:
+        raise MalformedOutcome(f"no payload contract for a {kind!r} outcome at version {version}")
+    ref, model = found
+    try:
+        model.model_validate(doc[PAYLOAD])
+    except ModelError as exc:
+        payload_violations[ref] += 1
+        if payload_violations[ref] == 1:  # once per contract: a fleet repeats itself
+            log.warning("outcome %s: %s", doc[MESSAGE_ID], _model_reason(ref, exc, PAYLOAD))
+
+
 def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
-    """The event one decoded outcome envelope reports; raises :class:`MalformedOutcome`."""
+    """The event one decoded outcome envelope reports; raises :class:`MalformedOutcome`.
+
+    What canonical JSON cannot store (a lone surrogate, a control character in an id, a number
+    that is not finite) is refused first, by name; then an outcome that declares its contract is
+    checked against it (:func:`check_contract`)."""
     if not isinstance(doc, dict):
         raise MalformedOutcome("outcome must be a JSON object")
     kind = _field(doc, MESSAGE_TYPE, str)
@@ -344,6 +461,8 @@ def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
         )
     else:
         raise MalformedOutcome(f"unknown {MESSAGE_TYPE} {kind!r}")
+    if CONTRACT_VERSION in doc:
+        check_contract(doc)
     return event, doc
 
 

@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { validate } from "@accord/contracts";
+
+import { failurePayload, WorkFailure } from "../src/failure";
+import { identityOf, outcome, type JobIdentity } from "../src/wire";
+
+const JOB = {
+  messageId: "run-1:extract:1", messageType: "metadata-extraction-request", contractVersion: 1,
+  runId: "run-1", stage: "extract", attempt: 1, fence: "0123456789abcdef", tenant: "acme",
+  resultSchemaVersion: 1, payload: {},
+};
+
+function identity(): JobIdentity {
+  const id = identityOf(JOB);
+  assert.notEqual(typeof id, "string");
+  return id as JobIdentity;
+}
+
+/** The payload contract an outcome's kind selects, as outcome.v1.yaml lists them. */
+const PAYLOAD: Record<string, [string, number | undefined]> = {
+  accepted: ["stage-accepted", 1],
+  heartbeat: ["stage-heartbeat", 1],
+  progress: ["progress", 1],
+  succeeded: ["technical-metadata", undefined],
+  failed: ["stage-failed", 1],
+};
+
+function checked(body: string): Record<string, unknown> {
+  const doc = JSON.parse(body) as Record<string, unknown>;
+  const envelope = validate("outcome", 1, doc);
+  assert.deepEqual(envelope.errors, [], body);
+  const [name, version] = PAYLOAD[doc.messageType as string] ?? ["unknown", 1];
+  if (doc.messageType !== "succeeded") {
+    const payload = validate(name, version ?? 1, doc.payload);
+    assert.deepEqual(payload.errors, [], body);
+    assert.equal(doc.contractVersion, version);
+  }
+  return doc;
+}
+
+test("every outcome kind is an outcome@1 message with a payload its contract accepts", () => {
+  const id = identity();
+  const accepted = checked(outcome(id, "accepted", {}, 0, { workerId: "ts-1" }).body);
+  assert.equal(accepted.workerId, "ts-1");
+  assert.equal(accepted.producer, "ts-1");
+  const beat = checked(outcome(id, "heartbeat", { at: 1_700_000_000.5 }, 2).body);
+  assert.equal(beat.messageId, "run-1:extract:1:heartbeat:2");
+  checked(outcome(id, "progress", { percent: 40, message: "parsing" }, 1).body);
+  const failed = checked(outcome(id, "failed", { ...failurePayload(new WorkFailure("malformed-model", "bad", false)) }).body);
+  assert.equal(failed.producer, "accord-worker");
+  checked(outcome(id, "failed", { ...failurePayload(new Error("boom")) }).body);
+});
+
+test("an outcome names its run, the job that caused it, when and the result version", () => {
+  const id = { ...identity(), resultSchemaVersion: 3, producer: "ts-worker-7" };
+  const doc = checked(outcome(id, "succeeded", { any: "result" }, 0, {}, Date.UTC(2026, 0, 2, 3, 4, 5, 6)).body);
+  assert.equal(doc.correlationId, "run-1");
+  assert.equal(doc.causationId, "run-1:extract:1");
+  assert.equal(doc.contractVersion, 3);
+  assert.equal(doc.producer, "ts-worker-7");
+  assert.equal(doc.occurredAt, "2026-01-02T03:04:05.006Z");
+});
+
+test("the outcome contract refuses an outcome without its contract fields", () => {
+  const doc = JSON.parse(outcome(identity(), "heartbeat", {}, 1).body) as Record<string, unknown>;
+  delete doc.causationId;
+  delete doc.occurredAt;
+  const paths = validate("outcome", 1, doc).errors.map((e) => e.path);
+  assert.deepEqual(paths, ["causationId", "occurredAt"]);
+});
