@@ -282,7 +282,8 @@ class Runtime:
         if not gone and self._current is not None:
             try:
                 ask = self._current(job.run_id, job.stage, job.attempt, job.fence)
-                gone = not await asyncio.wait_for(ask, CURRENT_S)
+                async with asyncio.timeout(CURRENT_S):  # no task of its own per job
+                    gone = not await ask
             except Exception as exc:  # TimeoutError included: a slow store never holds the job
                 log.warning("cannot tell whether job %s is current, running it: %s",
                             job.message_id, str(exc) or type(exc).__name__)  # fmt: skip
@@ -419,7 +420,8 @@ class Runtime:
         deadline, pause = loop.time() + self._answer_s, RETRY_FIRST_S
         while True:
             try:
-                await asyncio.wait_for(self._publish(message_id, body), deadline - loop.time())
+                async with asyncio.timeout_at(deadline):  # no task of its own per publish
+                    await self._publish(message_id, body)
                 return True
             except Exception as exc:  # TimeoutError included: the time is up
                 left = deadline - loop.time()

@@ -24,6 +24,7 @@ from accord.engine.machine import clocks, ids, outcomes
 from accord.engine.machine.draft import Draft
 from accord.engine.machine.effects import Effect, EmitTelemetry
 from accord.engine.machine.events import (
+    CALLBACKS,
     CancelRequested,
     Event,
     HeartbeatReceived,
@@ -57,14 +58,6 @@ _HANDLERS: dict[type[Any], Callable[[Draft, Any], outcomes.Refusal | None]] = {
     CancelRequested: outcomes.on_cancel,
     RedriveRequested: outcomes.on_redrive,
 }
-_CALLBACKS = (
-    StageAccepted,
-    HeartbeatReceived,
-    ProgressReported,
-    StageSucceeded,
-    StageFailed,
-    PoisonReported,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +123,7 @@ def _commit(d: Draft, event: Event) -> Transition:
 def _refuse(run: RunState, event: Event, refusal: outcomes.Refusal) -> Transition:
     reason, note, effects = refusal
     seq = run.seq + 1
-    if isinstance(event, _CALLBACKS) and reason != "duplicate":
+    if isinstance(event, CALLBACKS) and reason != "duplicate":
         attrs = {
             "runId": run.run_id,
             "stage": event.stage,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
 __all__ = [
+    "CALLBACKS",
     "CancelRequested",
     "Event",
     "HeartbeatReceived",
@@ -144,6 +145,16 @@ Event: TypeAlias = (
     | PoisonReported
 )
 
+
+# what a worker (or the engine's action executor) reports about one attempt: each is fenced
+CALLBACKS = (
+    StageAccepted,
+    HeartbeatReceived,
+    ProgressReported,
+    StageSucceeded,
+    StageFailed,
+    PoisonReported,
+)
 _BY_KIND: dict[str, type[Any]] = {
     c.kind: c
     for c in (

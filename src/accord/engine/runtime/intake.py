@@ -50,7 +50,6 @@ duplicate on the next pass.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -60,6 +59,7 @@ from typing import Any
 from accord.contracts.model import MessageContract
 from accord.engine.machine.events import Event
 from accord.engine.ports import Delivery, Transport
+from accord.engine.runtime.consumer import QueueConsumer
 from accord.engine.runtime.holding import Hold
 from accord.engine.runtime.wire import (
     BATCH_TYPE,
@@ -116,7 +116,9 @@ def _safe(text: str, limit: int = 512) -> str:
     return text[:limit].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-class Intake:
+class Intake(QueueConsumer):
+    what = "outcome"
+
     def __init__(
         self,
         transport: Transport,
@@ -125,17 +127,11 @@ class Intake:
         queue: str = OUTCOMES_QUEUE,
         hold: Hold | None = None,
     ) -> None:
-        self._transport, self._deliver, self.queue = transport, deliver, queue
-        self._hold = hold or Hold()
+        super().__init__(transport, queue, hold)
+        self._deliver = deliver
         self.quarantined: list[dict[str, Any]] = []
         self.contracts: Sequence[MessageContract] = ()  # whose sensitive fields records mask
         self.processed = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._busy = 0
-
-    async def wait_idle(self) -> None:
-        await self._idle.wait()
 
     async def process(self, delivery: Delivery) -> list[Event | None]:
         """Turn one delivery into committed events (one, or a batch's members in order) or
@@ -214,30 +210,3 @@ class Intake:
         log.warning("quarantined outcome %s: %s", message_id, reason)
         await self._transport.publish(quarantine_queue(self.queue), qid, text)
         self.quarantined.append(record)
-
-    async def run(self, stop: Callable[[], bool], prefetch: int = 64) -> None:
-        """Consume until ``stop()``. Up to ``prefetch`` outcomes are processed at once, so one
-        outcome's commit overlaps the next one's decoding; the engine's per-run locks keep the
-        outcomes of one run in arrival order."""
-        slots = asyncio.Semaphore(prefetch)
-        spawn = asyncio.get_running_loop().create_task
-        async for delivery in self._transport.consume(self.queue, prefetch):
-            await slots.acquire()
-            self._busy += 1
-            self._idle.clear()
-            spawn(self._guarded(delivery, slots))
-            if stop():
-                break
-
-    async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
-        try:
-            await self._hold.run(lambda: self.process(delivery), "outcome %s", delivery.message_id)
-        except Exception:  # not acknowledged: the transport redelivers it
-            log.exception("outcome %s not processed", delivery.message_id)
-            with contextlib.suppress(Exception):
-                await self._transport.nack(delivery, 100)
-        finally:
-            slots.release()
-            self._busy -= 1
-            if self._busy == 0:
-                self._idle.set()

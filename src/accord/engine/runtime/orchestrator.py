@@ -45,15 +45,14 @@ from accord.contracts.validate import Validator
 from accord.engine import machine
 from accord.engine.machine.effects import Effect
 from accord.engine.machine.events import (
+    CALLBACKS,
     CancelRequested,
     Event,
     HeartbeatReceived,
-    PoisonReported,
     ProgressReported,
     RedriveRequested,
     RunStarted,
     StageAccepted,
-    StageFailed,
     StageSucceeded,
     TimerFired,
 )
@@ -118,15 +117,7 @@ class Delivered:
 Observer = Callable[[Delivered], None]  # told of every committed transition, in commit order
 _Item = tuple[Event, tuple[Delivery, ...]]  # an event and the deliveries its commit may settle
 _NEWS = (StageAccepted, HeartbeatReceived, ProgressReported)
-_CALLBACKS = (
-    StageAccepted,
-    HeartbeatReceived,
-    ProgressReported,
-    StageSucceeded,
-    StageFailed,
-    PoisonReported,
-)
-_CALLBACK_KINDS = frozenset(c.kind for c in _CALLBACKS)
+_CALLBACK_KINDS = frozenset(c.kind for c in CALLBACKS)
 TENANT_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")  # in full; within envelope@1's
 REFUSALS_RECORDED = 20  # refused callbacks recorded per attempt; the rest are counted
 
@@ -459,7 +450,7 @@ class Engine:
                 t = machine.apply(plan, current, event)
                 if (
                     current is not None
-                    and isinstance(event, _CALLBACKS)
+                    and isinstance(event, CALLBACKS)
                     and not t.history[0].accepted
                     and not await self.refusals.admit(current, event.stage)
                 ):

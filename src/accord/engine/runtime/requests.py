@@ -36,16 +36,16 @@ unless ``--no-platform``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError as ModelError
 
 from accord.contracts.model import MessageContract
 from accord.engine.ports import Delivery, Transport
+from accord.engine.runtime.consumer import QueueConsumer
 from accord.engine.runtime.holding import Hold
 from accord.engine.runtime.wire import (
     UndecodableJson,
@@ -141,13 +141,17 @@ class _Elsewhere(Exception):
     """This engine cannot serve the request, another may: it goes back to the queue."""
 
 
-class RunRequests:
+class RunRequests(QueueConsumer):
     """Consumes :data:`RUNS_QUEUE` for one engine and starts (or answers) the runs asked for."""
+
+    what = "run request"
+    prefetch = 16
 
     def __init__(
         self, engine: Engine, transport: Transport, *, queue: str = RUNS_QUEUE, hold: Hold
     ) -> None:
-        self._engine, self._transport, self.queue, self._hold = engine, transport, queue, hold
+        super().__init__(transport, queue, hold)
+        self._engine = engine
         self.contracts: Sequence[MessageContract] = ()  # whose sensitive fields records mask
         self.quarantined: list[dict[str, Any]] = []
         self.started = 0  # runs this engine started from requests
@@ -155,9 +159,6 @@ class RunRequests:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # and its users
         self._task: asyncio.Task[None] | None = None
         self._stop = False
-        self._busy = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     async def process(self, delivery: Delivery) -> str | None:
         """Start or answer the run ``delivery`` asks for and acknowledge it; the run id, or
@@ -254,30 +255,3 @@ class RunRequests:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
-
-    async def run(self, stop: Callable[[], bool], prefetch: int = 16) -> None:
-        """Consume until ``stop()``, up to ``prefetch`` requests at once."""
-        slots = asyncio.Semaphore(prefetch)
-        spawn = asyncio.get_running_loop().create_task
-        async for delivery in self._transport.consume(self.queue, prefetch):
-            await slots.acquire()
-            self._busy += 1
-            self._idle.clear()
-            spawn(self._guarded(delivery, slots))
-            if stop():
-                break
-
-    async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
-        try:
-            await self._hold.run(
-                lambda: self.process(delivery), "run request %s", delivery.message_id
-            )
-        except Exception:  # not acknowledged: the transport redelivers it
-            log.exception("run request %s not processed", delivery.message_id)
-            with contextlib.suppress(Exception):
-                await self._transport.nack(delivery, 100)
-        finally:
-            slots.release()
-            self._busy -= 1
-            if self._busy == 0:
-                self._idle.set()
