@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml $(wildcard workers/*/pyproject.toml)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]' -e workers/meshes -e workers/metadata-extract -e workers/thumbnail-render -e workers/semantic-analyse
+	$(PY) -m pip install -q -e '.[dev]' -e workers/meshes -e workers/metadata-extract -e workers/thumbnail-render -e workers/semantic-analyse -e workers/metadata-extract-http -e workers/marketplace-etsy
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -72,14 +72,22 @@ codegen-check:
 pytest:
 	$(BIN)/pytest
 
+# the fault test on PostgreSQL at 1,000 runs (make test runs it with 200)
+.PHONY: soak
+soak: $(STAMP)
+	ACCORD_SOAK_RUNS=1000 $(BIN)/pytest tests/e2e/test_postgres_faults.py -k kill_9_of_engines -s
+
 ts-test: node
 	cd $(TS) && npm run --silent build && npm test --silent
 	cd $(TSW) && npm run --silent build && npm test --silent
 
-# Redis and RabbitMQ on loopback for the store and transport benchmarks, started when not
-# answering; the peers' own virtual environments are made by bench/bench_peers.py (bench/.venvs/)
+# Redis, RabbitMQ and PostgreSQL (127.0.0.1:5432) on loopback for the store and transport
+# benchmarks, started when not answering (PostgreSQL: the Debian cluster's service); the peers'
+# own virtual environments are made by bench/bench_peers.py (bench/.venvs/)
 bench-services: $(STAMP)
 	$(PY) -c "from tests.services import ensure_rabbitmq, ensure_redis; ensure_redis(); ensure_rabbitmq()"
+	@pg_isready -q -h 127.0.0.1 -p 5432 || { service postgresql start && sleep 3; } || pg_ctlcluster --skip-systemctl-redirect 15 main start
+	@pg_isready -h 127.0.0.1 -p 5432
 
 bench: $(STAMP) node bench-services
 	$(PY) -m bench

@@ -73,7 +73,7 @@ from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
 # outcomes share a broker message (accord.worker.batching) and shorten the hops under load. The
 # peers run 4 (Celery: one worker, prefork 4), so 4 slots is measured too; more workers shorten
 # RabbitMQ's hops under load; a second engine costs conflicts and CPU
-DEFAULT = {"bullmq": (1, 1, 8), "rabbitmq": (1, 1, 8)}
+DEFAULT = {"bullmq": (1, 1, 8), "rabbitmq": (1, 1, 8), "postgres": (1, 1, 8)}
 VARIANTS = ((1, 1, 4), (1, 2, 8), (2, 1, 8))
 TICK = os.sysconf("SC_CLK_TCK")
 # what each kind of fleet process answers SIGUSR1 with
@@ -97,6 +97,17 @@ def _beam_pid() -> int | None:
                 if (entry / "comm").read_text().strip() == "beam.smp":
                     return int(entry.name)
     return None
+
+
+def _postgres_cpu_s() -> float:
+    """CPU of every ``postgres`` process now running (the server and its backends)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().strip() == "postgres":
+                    total += stat_cpu_s((entry / "stat").read_text())
+    return total
 
 
 def _redis_cpu_s() -> float | None:
@@ -278,7 +289,9 @@ async def _warm_up(
         batch += 1
 
 
-async def _snapshot(engine: Engine, children: list[_Child], beam: int | None) -> dict[str, float]:
+async def _snapshot(
+    engine: Engine, children: list[_Child], beam: int | None, postgres: bool = False
+) -> dict[str, float]:
     """CPU seconds of every fleet process (and of the servers) and the engines' counters, now."""
     snap = {"transitions": float(engine.transitions), "conflicts": float(engine.conflicts)}
     snap |= {"outcomes": 0.0, "outcome_messages": 0.0}
@@ -295,6 +308,8 @@ async def _snapshot(engine: Engine, children: list[_Child], beam: int | None) ->
         snap["redis"] = redis_cpu
     if beam is not None:
         snap["rabbitmq"] = _proc_cpu_s(beam)
+    if postgres:
+        snap["postgres"] = _postgres_cpu_s()
     return snap
 
 
@@ -312,13 +327,13 @@ async def _phases(
     """Warm up, then the throughput phase and the one-run-at-a-time phase."""
     await _warm_up(engine, tracker, [c for c in children if c.role == "worker"], slots, load)
     beam = _beam_pid() if broker == "rabbitmq" else None
-    before = await _snapshot(engine, children, beam)
+    before = await _snapshot(engine, children, beam, broker == "postgres")
     t0 = time.perf_counter()
     runs = [await engine.start_run(load.plan.name, {"modelId": f"m{i}"} | load.context)
             for i in range(n)]  # fmt: skip
     await tracker.wait(runs, 300)
     elapsed = time.perf_counter() - t0
-    after = await _snapshot(engine, children, beam)
+    after = await _snapshot(engine, children, beam, broker == "postgres")
     used = {key: after[key] - before[key] for key in after if key in before}
     single, alone = await tracker.one_at_a_time(engine, singles)
     fleet_cpu = used["engine"] + used.get("worker", 0.0)
@@ -334,8 +349,8 @@ async def _phases(
         # how many outcomes a broker message carried (accord.worker.batching)
         "outcomes_per_message": round(used["outcomes"] / max(used["outcome_messages"], 1), 2),
     }
-    for server in ("redis", "rabbitmq"):
-        if server in used:
+    for server in ("redis", "rabbitmq", "postgres"):
+        if server in used and (server != "redis" or broker != "postgres"):
             figures[f"{server}_cpu_ms_per_run"] = round(used[server] * 1000 / n, 3)
     return {"figures": figures, "runs": runs, "alone": alone}
 

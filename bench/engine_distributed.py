@@ -17,6 +17,7 @@ other benchmark module, so its own RSS says more about them than about the engin
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -82,7 +83,12 @@ async def _delete_queues(names: set[str]) -> None:
 async def keyspace(broker: str, declared: set[str]) -> AsyncIterator[tuple[str, str]]:
     """``(store URL, transport URL)`` for ``broker`` (``bullmq`` or ``rabbitmq``) on fresh
     prefixes; the caller adds the broker queue names its transport declared to ``declared``
-    so they are deleted with the rest."""
+    so they are deleted with the rest. ``postgres``: store and queue in one fresh schema of
+    ``BENCH_POSTGRES_DSN`` (the loopback server's ``test`` database), dropped afterwards."""
+    if broker == "postgres":
+        async with _postgres_schema() as url:
+            yield url, url
+        return
     _check_redis()
     tag = uuid.uuid4().hex[:10]
     store_prefix, queue_prefix = f"be{tag}", f"beq{tag}"
@@ -102,6 +108,24 @@ async def keyspace(broker: str, declared: set[str]) -> AsyncIterator[tuple[str, 
         if broker == "rabbitmq":
             fixed = {f"{queue_prefix}{q}{dead}" for q in FIXED_QUEUES for dead in ("", ".dead")}
             await _delete_queues(fixed | {n for n in declared if n.startswith(queue_prefix)})
+
+
+POSTGRES_DSN = os.environ.get("BENCH_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@contextlib.asynccontextmanager
+async def _postgres_schema() -> AsyncIterator[str]:
+    import asyncpg  # only the PostgreSQL configuration needs it
+
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    try:
+        yield f"{POSTGRES_DSN}?schema={schema}"
+    finally:
+        conn = await asyncpg.connect(POSTGRES_DSN)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
 
 
 _RSS_SCRIPT = """

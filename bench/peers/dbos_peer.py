@@ -104,7 +104,10 @@ async def _main(smoke: bool) -> None:
 
 def main(smoke: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="accord-bench-dbos-") as tmp:
-        DBOS(config={"name": "accord-bench", "system_database_url": f"sqlite:///{tmp}/dbos.sqlite",
+        # BENCH_DBOS_DATABASE_URL (postgresql://…) puts the system database in PostgreSQL, so
+        # DBOS and Accord's PostgreSQL store are measured on the same server
+        url = os.environ.get("BENCH_DBOS_DATABASE_URL") or f"sqlite:///{tmp}/dbos.sqlite"
+        DBOS(config={"name": "accord-bench", "system_database_url": url,
                      "run_admin_server": False, "log_level": "WARNING"})  # fmt: skip
         logging.getLogger("dbos").setLevel(logging.WARNING)
         DBOS.launch()

@@ -31,7 +31,14 @@ import redis
 from accord.adapters import open_store, open_transport
 from accord.engine.ports import Store, Transport
 from accord.testing.clock import FakeClock
-from tests.services import REDIS_DB, ensure_rabbitmq, ensure_redis, redis_store_opener
+from tests.services import (
+    REDIS_DB,
+    ensure_rabbitmq,
+    ensure_redis,
+    postgres_store_opener,
+    postgres_transport_opener,
+    redis_store_opener,
+)
 
 Opener = Callable[[], Any]
 Factory = Callable[[Path, FakeClock], Opener]
@@ -106,6 +113,7 @@ STORES: dict[str, Factory] = {
     "memory": lambda tmp, clock: _same(open_store("memory://", clock=clock)),
     "sqlite": lambda tmp, clock: lambda: open_store(f"sqlite:///{tmp}/s.db", clock=clock),
     "redis": redis_store_opener,
+    "postgres": postgres_store_opener,
 }
 TRANSPORTS: dict[str, Factory] = {
     "memory": lambda tmp, clock: _same(open_transport(f"memory://?{QUEUE_OPTS}", clock=clock)),
@@ -117,6 +125,7 @@ TRANSPORTS: dict[str, Factory] = {
     "embedded-in-store": _queue_in_store,
     "bullmq": _bullmq,
     "rabbitmq": _rabbitmq,
+    "postgres": postgres_transport_opener(QUEUE_OPTS),
 }
 
 

@@ -36,7 +36,7 @@ def test_lint_ok_and_json(repo: Path) -> None:
     result = run("lint", "--json")
     assert result.exit_code == 0, result.output
     data = as_json(result)
-    assert data["ok"] and len(data["contracts"]) == 31 and data["diagnostics"] == []
+    assert data["ok"] and len(data["contracts"]) == 42 and data["diagnostics"] == []
 
 
 def test_lint_refuses_bad_source_with_location(repo: Path) -> None:

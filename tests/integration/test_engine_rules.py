@@ -182,12 +182,20 @@ async def test_malformed_outcome_is_quarantined_never_dropped() -> None:
         run = await h.start_run(PLAN, {"modelId": "m1"})
         results = await h.send_outcome("junk-1", b'{"messageType": "succeeded", "runId": 7}')
         assert results == [None]
-        assert h.engine.intake.quarantined[0]["reason"] == "field 'runId' must be str"
+        assert (
+            h.engine.intake.quarantined[0]["reason"]
+            == "not a valid outcome@1 message: field 'runId': Input should be a valid string"
+        )
         _, orphan = outcome(h.job(run, "render") | {"runId": "run_gone"}, "accepted")
         assert await h.send_outcome("orphan-1", orphan) == [None]
         held = await h.take(h.engine.intake.queue + ".quarantine")
         reasons = {json.loads(d.body)["message_id"]: json.loads(d.body)["reason"] for d in held}
-        assert reasons == {"junk-1": "field 'runId' must be str", "orphan-1": "no run 'run_gone'"}
+        assert reasons == {
+            "junk-1": (
+                "not a valid outcome@1 message: field 'runId': Input should be a valid string"
+            ),
+            "orphan-1": "no run 'run_gone'",
+        }
         assert await h.take(h.engine.intake.queue) == []
 
 

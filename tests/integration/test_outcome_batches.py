@@ -89,7 +89,8 @@ async def test_a_bad_member_is_quarantined_alone_and_the_others_go_on() -> None:
         held = await h.take(h.engine.intake.queue + ".quarantine")
         reasons = {json.loads(d.body)["message_id"]: json.loads(d.body)["reason"] for d in held}
         assert reasons == {
-            "batch-mixed#1": "batch member 1: field 'runId' must be str",
+            "batch-mixed#1": "batch member 1: not a valid outcome@1 message: field 'runId': "
+            "Input should be a valid string",
             "gone:accepted": "no run 'run_gone'",
         }
         assert await h.take(h.engine.intake.queue) == []  # the batch itself is settled

@@ -178,8 +178,8 @@ async def test_forged_unstorable_outcomes_are_quarantined_and_the_run_completes(
         records = await _quarantined(worker, 4)
         reasons = {r["message_id"]: r["reason"] for r in records}
         assert reasons == {
-            "forged-nan": "field 'payload.percent' must be a finite number",
-            "forged-inf": "field 'payload.percent' must be a finite number",
+            "forged-nan": "field 'payload.percent' is nan: numbers must be finite",
+            "forged-inf": "field 'payload.percent' is inf: numbers must be finite",
             "forged-\\ud800": "field 'messageId' is not valid UTF-8 (a lone surrogate)",
             "forged-result": "field 'payload.figure' is -inf: numbers must be finite",
         }
@@ -207,7 +207,9 @@ async def test_a_batch_with_a_bad_member_commits_the_good_ones_and_quarantines_i
         (record,) = await _quarantined(worker, 1)
         assert record["message_id"] == "forged-nan"
         assert record["member"] == 1
-        assert record["reason"] == "batch member 1: field 'payload.percent' must be a finite number"
+        assert record["reason"] == (
+            "batch member 1: field 'payload.percent' is nan: numbers must be finite"
+        )
         assert await worker.dead_letters(OUTCOMES_QUEUE) == []
         await assert_drained(engine, plan, [run])
 

@@ -75,6 +75,8 @@ async def _register(store: str, transport: str, *plans: Plan) -> None:
     try:
         for plan in plans:
             await engine.register_plan(plan)
+        # the worker this process serves the stage with, live as far as admission can tell
+        await engine.announce("rs-workers", ["test.work@1"], 86_400_000)
     finally:
         await engine.stop()
 
@@ -276,6 +278,7 @@ async def test_a_repeated_key_starts_one_run_and_a_reused_key_is_refused() -> No
     engine = Engine(store, transport, clock, EngineOptions(poll_ms=10), catalog=catalog)
     await engine.register_plan(_plan("rs-one", "work-one"))
     await engine.register_plan(_plan("rs-other", "work-other"))
+    await engine.announce("rs-workers", ["test.work@1"], 86_400_000)
     await engine.start()
     try:
         await transport.publish(RUNS_QUEUE, "copy-1", _request("rs-one", "k"))

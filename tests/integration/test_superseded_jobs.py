@@ -181,7 +181,10 @@ async def test_a_job_superseded_in_the_queue_is_never_run(kind: str, tmp_path: P
                     i.decode() for i in client.lrange(f"sup-{broker.tag}:{queue}:wait", 0, -1)
                 }
                 assert listed == {job_id_for(second.job_id)}
-                assert not client.exists(f"sup-{broker.tag}:{queue}:{job_id_for(first.job_id)}")
+                # the job is gone; a tombstone keeps its id known for the dedup window
+                key = f"sup-{broker.tag}:{queue}:{job_id_for(first.job_id)}"
+                assert list(client.hkeys(key)) == [b"withdrawn"]
+                assert 0 < client.pttl(key) <= 600_000
             finally:
                 client.close()
             assert engine.dispatcher.withdrawn == 1

@@ -352,7 +352,11 @@ async def test_a_cancellation_is_taken_after_control_messages_nobody_can_read(
         async with asyncio.timeout(10):
             while runtime.stats["quarantined"] < 4:
                 await asyncio.sleep(0.02)
-        await transport.publish(control, "cancel-1", b'{"fence": "f-1", "stage": "s"}')
+        request = {
+            "kind": "request-cancellation", "jobId": "job-1", "queue": "jobs", "stage": "s",
+            "attempt": 1, "fence": "f-1", "reason": "deadline",
+        }  # fmt: skip
+        await transport.publish(control, "cancel-1", json.dumps(request).encode())
         await asyncio.wait_for(cancelled.wait(), 10)
     finally:
         stop.set()
@@ -362,7 +366,8 @@ async def test_a_cancellation_is_taken_after_control_messages_nobody_can_read(
     assert sorted(reasons) == [f"garbage-{n}" for n in range(4)]
     assert "bytes exceed the limit" in reasons["garbage-0"]  # 100,000 deep: refused undecoded
     assert "not JSON" in reasons["garbage-1"]
-    assert "does not name a fence" in reasons["garbage-2"] + reasons["garbage-3"]
+    assert "not a valid cancellation-requested@1 message" in reasons["garbage-2"]
+    assert "fence: Input should be a valid string" in reasons["garbage-3"]
 
 
 # -- the engine keeps serving runs behind 1,000 undecodable outcomes -----------------------------

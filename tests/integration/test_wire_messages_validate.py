@@ -6,12 +6,14 @@ A one-stage workflow (``metadata.extract@2``) runs on a real engine; a real work
 job it receives and every outcome it publishes, unchanged. One run succeeds after reporting
 progress and beating (the heartbeat period is shorter than the handler), one fails terminally;
 on the brokers the first outcome's publish is slowed so the outcomes behind it leave as one
-batch. Each job must be an ``envelope@1`` message whose payload is its ``messageType@
+batch; a fourth run is cancelled while its handler runs, so the engine asks the worker to stop
+on the control queue. Each job must be an ``envelope@1`` message whose payload is its ``messageType@
 contractVersion``; each outcome an ``outcome@1`` message whose payload is the contract its kind
 selects (``stage-accepted``, ``stage-heartbeat``, ``progress``, ``stage-failed``, or the
 capability's result at ``contractVersion``); each batch an ``outcome-batch@1`` message of such
-outcomes. Checked with the validator ``accord contracts validate`` uses, against the published
-catalogue, and for one message of each kind through the ``accord`` command itself.
+outcomes; each control message a ``cancellation-requested@1`` message. Checked with the
+validator ``accord contracts validate`` uses, against the published catalogue, and for one
+message of each kind through the ``accord`` command itself.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ class Spy:
         self.inner = inner
         self.jobs: list[bytes] = []
         self.outcomes: list[bytes] = []
+        self.control: list[bytes] = []
         self._slow = slow_first
 
     def __getattr__(self, name: str) -> Any:
@@ -107,6 +110,8 @@ class Spy:
         async for delivery in self.inner.consume(queue, prefetch):
             if queue == "metadata":
                 self.jobs.append(bytes(delivery.body))
+            elif queue.startswith("accord.control"):
+                self.control.append(bytes(delivery.body))
             yield delivery
 
 
@@ -125,6 +130,11 @@ def _worker(catalog: Catalog) -> Worker:
     async def extract(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
         ctx.progress(40, "parsing")
         await asyncio.sleep(0.3)  # several heartbeat periods
+        if "slow" in payload["objectKey"]:
+            async with asyncio.timeout(20):
+                while not ctx.cancelled:  # until the engine asks it to stop
+                    await asyncio.sleep(0.02)
+            ctx.raise_if_cancelled()
         if "bad" in payload["objectKey"]:
             raise StageFailed("not a model", failure_code="malformed-model", retryable=False)
         return result | {"modelId": payload["modelId"]}
@@ -156,6 +166,16 @@ async def _serve(tmp_path: Path, transport_url: str, worker_url: str, *, slow: f
             {"modelId": "bad2", "objectKey": "models/bad2.stl"},
         ]
         runs = [await engine.start_run(plan.name, c, tenant=TENANT) for c in contexts]
+        slow = await engine.start_run(
+            plan.name, {"modelId": "slow", "objectKey": "models/slow.stl"}, tenant=TENANT
+        )
+        async with asyncio.timeout(30):
+            while (run := await engine.load(slow)) is None or run.stages[
+                "extract"
+            ].status != "running":
+                await asyncio.sleep(0.02)
+        await engine.cancel(slow, reason="no longer wanted", by="test")
+        runs.append(slow)
         deadline = time.monotonic() + 30
         pending = set(runs)
         while pending and time.monotonic() < deadline:
@@ -169,7 +189,11 @@ async def _serve(tmp_path: Path, transport_url: str, worker_url: str, *, slow: f
         assert [(r.status, r.error) for r in finished if r is not None] == [
             ("completed", None),
             *[("failed", finished[2].error if finished[2] else None)] * 2,
+            ("cancelled", finished[3].error if finished[3] else None),
         ]
+        async with asyncio.timeout(10):  # the request reaches the worker
+            while not spy.control:
+                await asyncio.sleep(0.02)
     finally:
         stop.set()
         await task
@@ -200,14 +224,19 @@ def _validate_all(spy: Spy, catalog: Catalog) -> dict[str, dict[str, Any]]:
         assert found is not None, f"{ref} is not published"
         return Validator.for_contract(found)
 
-    envelope, outcome, batch = (
+    envelope, outcome, batch, control = (
         contract("envelope@1"),
         contract("outcome@1"),
         contract("outcome-batch@1"),
+        contract("cancellation-requested@1"),
     )
     result_name = "technical-metadata"
     examples: dict[str, dict[str, Any]] = {}
-    assert len(spy.jobs) == 3
+    assert len(spy.jobs) == 4
+    assert spy.control
+    for body in spy.control:
+        _check(control, body, "control message")
+        examples.setdefault("control", json.loads(body))
     for body in spy.jobs:
         _check(envelope, body, "job")
         doc = json.loads(body)
@@ -265,7 +294,7 @@ async def test_every_message_of_a_run_validates(
         url = f"{AMQP}?prefix={prefix}.&max_deliveries=3"
         spy = await _serve(tmp_path, url, url, slow=0.2)
     examples = _validate_all(spy, catalog)
-    wanted = {"job", "accepted", "heartbeat", "progress", "succeeded", "failed"}
+    wanted = {"job", "accepted", "heartbeat", "progress", "succeeded", "failed", "control"}
     if kind != "embedded":  # the embedded queue does not batch: a row is no broker round trip
         wanted.add("batch")
     assert wanted <= set(examples), sorted(examples)
@@ -277,7 +306,7 @@ async def test_every_message_of_a_run_validates(
 
 def _through_the_command(examples: dict[str, dict[str, Any]], tmp_path: Path) -> None:
     """One message of each kind through ``accord contracts validate --json``, in parallel."""
-    cases = {"job": "envelope@1", "batch": "outcome-batch@1"}
+    cases = {"job": "envelope@1", "batch": "outcome-batch@1", "control": "cancellation-requested@1"}
     cases |= {k: "outcome@1" for k in ("accepted", "heartbeat", "progress", "succeeded", "failed")}
     command = str(Path(sys.executable).parent / "accord")
     procs = {}

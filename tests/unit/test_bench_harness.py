@@ -217,7 +217,9 @@ def test_stat_cpu_reads_utime_and_stime_past_an_awkward_command_name() -> None:
 def test_fleet_configurations_default_first_or_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ACCORD_BENCH_FLEET", raising=False)
     full, smoke = plan(smoke=False), plan(smoke=True)
-    assert set(full) == {"bullmq", "rabbitmq"} and all(len(c) == 1 for c in smoke.values())
+    assert set(full) == {"bullmq", "rabbitmq", "postgres"} and all(
+        len(c) == 1 for c in smoke.values()
+    )
     assert all(c[0] == smoke[b][0] and c[0] not in c[1:] for b, c in full.items())
     monkeypatch.setenv("ACCORD_BENCH_FLEET", "rabbitmq:2x3,1x1x4")
     assert plan(smoke=True) == {"rabbitmq": [(2, 3, 8), (1, 1, 4)]}
@@ -238,7 +240,10 @@ class _Recording(MemoryTransport):
 async def test_noop_worker_stamps_a_job_start_on_receipt_before_accepting_it() -> None:
     log: list[str] = []
     transport = _Recording(log)
-    job = {"messageId": "j1", "runId": "r1", "stage": "render", "attempt": 1, "fence": 1}
+    job = {
+        "messageId": "j1", "runId": "r1", "stage": "render", "attempt": 1,
+        "fence": "0123456789abcdef",
+    }  # fmt: skip
     await transport.publish("q", "j1", json.dumps(job).encode())
     stop = asyncio.Event()
 

@@ -1,28 +1,38 @@
-"""The stage result cache: content-addressed results on a filesystem object store.
+"""The stage result cache: content-addressed results on an object store.
 
 Key: ``sha256`` over the canonical JSON of ``{input digest, capability name@version, parameters,
 tenant}`` (:func:`cache_key`), so a new capability version, other parameters or another tenant
-never share an entry. Layout under the root (``.accord/cache`` by default)::
+never share an entry. The store is any :class:`~accord.objects.ports.ObjectStore` — a directory
+(``.accord/cache`` by default: the store is the state directory and the keys start ``cache/``)
+or an S3 bucket. Keys::
 
-    entries/<hh>/<hex>.json              metadata: key, tenant, contract, object key, digest,
-                                         size, createdAt, absolute expiresAt
-    objects/sha256/<hh>/<hex>.json       the result, addressed by its own digest
+    cache/entries/<hh>/<hex>.json              metadata: key, tenant, contract, object key, digest,
+                                               size, createdAt, absolute expiresAt
+    cache/objects/sha256/<hh>/<hex>.json       the result, addressed by its own digest
 
 A read is classified, never guessed: ``hit`` (metadata valid, unexpired, same tenant, object
-verified by digest and valid against its result contract); ``miss`` (the metadata file explicitly
-does not exist — nothing else); ``denied`` (the tenant may not use the cache, or the entry is
-another tenant's); ``unavailable`` (the store cannot be read: permissions, not a directory, I/O);
-``corrupt`` (metadata unreadable or malformed, object missing or failing its digest);
+verified by digest and valid against its result contract); ``miss`` (the store says explicitly
+that the entry does not exist — nothing else); ``denied`` (the tenant may not use the cache, the
+entry is another tenant's, or the store refuses the credentials); ``unavailable`` (the store
+cannot be reached or read: a stopped server, permissions, not a directory, I/O); ``corrupt``
+(metadata unreadable or malformed, object missing or failing its digest);
 ``invalid-against-contract`` (the object breaks its result contract); ``expired``.
 
-Writes are atomic (temp file in the same directory, fsync, ``os.replace``), object first, so a
-reader never sees metadata pointing at a half-written object. Concurrent lookups of one key
-share one read, and :meth:`ResultCache.get_or_fill` coalesces concurrent misses into one fill.
+Expiry is the absolute ``expiresAtMs`` inside the validated metadata document, checked on every
+read: object metadata (``x-amz-meta-*``, a "TTL" header) expires nothing, and a bucket lifecycle
+rule (``accord objects lifecycle apply``) only collects garbage, day-granular, after the fact.
+
+Writes are conditional (``if_absent``; S3 ``If-None-Match: *``), object first, so a reader never
+sees metadata pointing at a missing object, and concurrent writers of one entry — in this process
+or another — write it once. Concurrent lookups of one key share one read, and
+:meth:`ResultCache.get_or_fill` coalesces concurrent misses into one fill. An expired, corrupt or
+invalid entry is deleted before its replacement is written (conditionally, as a new one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,10 +41,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from accord._files import atomic_write
 from accord.canonical import canonical_json, digest_of, sha256_hex
 from accord.contracts.catalog import Catalog
 from accord.contracts.validate import Validator
+from accord.objects.fs import FileObjectStore
+from accord.objects.ports import (
+    ObjectDenied,
+    ObjectError,
+    ObjectExists,
+    ObjectNotFound,
+    ObjectStore,
+)
 
 __all__ = ["OUTCOMES", "CacheRead", "ResultCache", "cache_key", "iso"]
 
@@ -91,13 +108,22 @@ class CacheRead:
 class ResultCache:
     def __init__(
         self,
-        root: Path,
+        root: Path | None = None,
         *,
+        store: ObjectStore | None = None,
         catalog: Catalog | None = None,
         now_ms: Callable[[], int] | None = None,
         tenants: frozenset[str] | None = None,
     ) -> None:
-        self.root, self.catalog, self.tenants = root, catalog, tenants
+        if store is None:
+            if root is None:
+                raise ValueError("a result cache needs a root directory or an object store")
+            store, name = FileObjectStore(root.parent), root.name
+        else:
+            name = "cache"
+        self.root = root if root is not None else Path(name)
+        self.store, self.name = store, name
+        self.catalog, self.tenants = catalog, tenants
         self._now = now_ms or (lambda: int(datetime.now(UTC).timestamp() * 1000))
         self._reads: dict[tuple[str, str], asyncio.Future[CacheRead]] = {}
         self._fills: dict[str, asyncio.Future[CacheRead]] = {}
@@ -106,27 +132,28 @@ class ResultCache:
     def now_ms(self) -> int:
         return self._now()
 
-    def _entry(self, key: str) -> Path:
+    def entry_key(self, key: str) -> str:
         hexd = key.removeprefix("sha256:")
-        return self.root / "entries" / hexd[:2] / f"{hexd}.json"
+        return f"{self.name}/entries/{hexd[:2]}/{hexd}.json"
 
     def object_path(self, object_key: str) -> Path:
+        """Where a directory-backed cache keeps ``object_key`` (for inspection and tests)."""
         return self.root.parent / object_key
 
     # -- reading ---------------------------------------------------------------------------
 
     def get(self, key: str, tenant: str) -> CacheRead:
-        """Classify the entry under ``key`` for ``tenant`` (blocking file reads)."""
+        """Classify the entry under ``key`` for ``tenant`` (blocking store reads)."""
         self.reads += 1
         if self.tenants is not None and tenant not in self.tenants:
             return CacheRead("denied", key, reason=f"tenant {tenant!r} may not use the cache")
         try:
-            raw = self._entry(key).read_bytes()
-        except FileNotFoundError:
+            raw = self.store.get(self.entry_key(key)).data
+        except ObjectNotFound:
             return CacheRead("miss", key)
-        except OSError as exc:
-            return CacheRead("unavailable", key, reason=f"{type(exc).__name__}: {exc}")
-        meta = _metadata(raw, key)
+        except ObjectError as exc:
+            return CacheRead(_outcome(exc), key, reason=str(exc))
+        meta = _metadata(raw, key, self.name)
         if isinstance(meta, str):
             return CacheRead("corrupt", key, reason=meta)
         base = {"key": key, "contract": meta["contract"], "expires_at_ms": meta["expiresAtMs"]}
@@ -135,11 +162,11 @@ class ResultCache:
         if meta["expiresAtMs"] <= self._now():
             return CacheRead("expired", **base, reason=f"expired at {iso(meta['expiresAtMs'])}")
         try:
-            blob = self.object_path(meta["objectKey"]).read_bytes()
-        except FileNotFoundError:
+            blob = self.store.get(meta["objectKey"]).data
+        except ObjectNotFound:
             return CacheRead("corrupt", **base, reason="the result object is missing")
-        except OSError as exc:
-            return CacheRead("unavailable", **base, reason=f"{type(exc).__name__}: {exc}")
+        except ObjectError as exc:
+            return CacheRead(_outcome(exc), **base, reason=str(exc))
         if "sha256:" + sha256_hex(blob) != meta["digest"]:
             return CacheRead("corrupt", **base, reason="the result object fails its digest")
         base |= {"object_key": meta["objectKey"], "digest": meta["digest"]}
@@ -163,18 +190,40 @@ class ResultCache:
     # -- writing ---------------------------------------------------------------------------
 
     def put(
-        self, key: str, tenant: str, contract: str, value: Mapping[str, Any], ttl_ms: int
+        self,
+        key: str,
+        tenant: str,
+        contract: str,
+        value: Mapping[str, Any],
+        ttl_ms: int,
+        *,
+        replace: bool = False,
     ) -> str:
-        """Store ``value`` under ``key`` (object, then metadata); returns the object key."""
+        """Store ``value`` under ``key`` (object, then metadata), each written only if absent:
+        when another writer got there first its entry stands, unless it reads as anything but a
+        hit (expired, corrupt, invalid), which is deleted and replaced. ``replace`` deletes the
+        current entry first (the caller read it as stale). Returns the object key."""
         blob = canonical_json(dict(value))
         hexd = sha256_hex(blob)
-        object_key = f"{self.root.name}/objects/sha256/{hexd[:2]}/{hexd}.json"
-        atomic_write(self.object_path(object_key), blob)
+        object_key = f"{self.name}/objects/sha256/{hexd[:2]}/{hexd}.json"
+        with contextlib.suppress(ObjectExists):  # content-addressed: the same bytes are there
+            self.store.put(object_key, blob, if_absent=True)
         now = self._now()
         meta = {"key": key, "tenant": tenant, "contract": contract, "objectKey": object_key,
                 "digest": f"sha256:{hexd}", "sizeBytes": len(blob), "createdAtMs": now,
                 "expiresAtMs": now + ttl_ms, "expiresAt": iso(now + ttl_ms)}  # fmt: skip
-        atomic_write(self._entry(key), canonical_json(meta))
+        entry, doc = self.entry_key(key), canonical_json(meta)
+        extra = {"accord-expires-at": iso(now + ttl_ms)}  # informative: the document decides
+        if replace:
+            self.store.delete(entry)
+        try:
+            self.store.put(entry, doc, metadata=extra, if_absent=True)
+        except ObjectExists:  # another writer got there first: its entry stands if it is sound
+            if self.get(key, tenant).hit:
+                return object_key
+            self.store.delete(entry)
+            with contextlib.suppress(ObjectExists):  # a sound one raced in: it stands
+                self.store.put(entry, doc, metadata=extra, if_absent=True)
         return object_key
 
     async def get_or_fill(
@@ -187,10 +236,14 @@ class ResultCache:
         if read.outcome not in ("miss", "expired", "corrupt", "invalid-against-contract"):
             return read, False
 
+        stale = read.outcome != "miss"
+
         async def fill_and_read() -> CacheRead:
             self.fills += 1
             value = dict(await fill())
-            await asyncio.to_thread(self.put, key, tenant, contract, value, ttl_ms)
+            await asyncio.to_thread(
+                lambda: self.put(key, tenant, contract, value, ttl_ms, replace=stale)
+            )
             return await asyncio.to_thread(self.get, key, tenant)
 
         return await _once(self._fills, key, fill_and_read)
@@ -218,7 +271,12 @@ async def _once(
         del flights[key]
 
 
-def _metadata(raw: bytes, key: str) -> dict[str, Any] | str:
+def _outcome(exc: ObjectError) -> str:
+    """``denied`` when the store refused the credentials, else ``unavailable``."""
+    return "denied" if isinstance(exc, ObjectDenied) else "unavailable"
+
+
+def _metadata(raw: bytes, key: str, prefix: str = "cache") -> dict[str, Any] | str:
     """The validated metadata, or why it is corrupt."""
     try:
         meta = json.loads(raw)
@@ -232,6 +290,7 @@ def _metadata(raw: bytes, key: str) -> dict[str, Any] | str:
             return f"metadata field {name!r} is missing or not {kind.__name__}"
     if meta["key"] != key or not _DIGEST.match(meta["digest"]):
         return "the metadata names another key or a malformed digest"
-    if ".." in Path(meta["objectKey"]).parts or meta["objectKey"].startswith("/"):
+    object_key = meta["objectKey"]
+    if ".." in object_key.split("/") or not object_key.startswith(f"{prefix}/objects/sha256/"):
         return "the metadata's object key leaves the cache"
     return meta

@@ -5,6 +5,8 @@ Stores (:func:`open_store`)::
     memory://                     a fresh in-process store (tests, the testing API)
     sqlite:///relative/path.db    the embedded default; sqlite:////abs/path.db; sqlite:///:memory:
                                   options: ?synchronous=FULL|NORMAL&busy_timeout_ms=5000
+    postgresql://user@host:5432/db  one schema of a PostgreSQL database (docs/postgres.md)
+                                  options: ?schema=accord&pool_size=10&migrate=auto|off
 
 Transports (:func:`open_transport`)::
 
@@ -17,6 +19,8 @@ Transports (:func:`open_transport`)::
                                   connection and thread for a SQLite store (one writer, no lock
                                   contention between store and queue in this process), or an
                                   in-process queue for the memory store
+    postgresql://user@host/db     the queue tables in that schema (the store's URL works
+                                  unchanged; commits then include the queue's writes)
 
 An engine over both (:func:`open_engine`) owns them and closes them when it stops.
 :func:`reach_transport` makes one attempt to reach a broker (BullMQ's Redis, RabbitMQ) before
@@ -38,6 +42,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from accord.adapters._store_rules import SHARED_OPTS
 from accord.adapters.clock import SystemClock
+from accord.adapters.ingress.remote import RemoteConfig
 from accord.adapters.transports._base import QueueOptions
 from accord.contracts.sealing import Keyring
 from accord.engine.ports import Clock, Sink, Store, Transport
@@ -45,15 +50,17 @@ from accord.engine.runtime.actions import ActionHandler, ActionRegistry
 from accord.engine.runtime.checks import MessageCatalog, ResultHook
 from accord.engine.runtime.orchestrator import Engine, EngineOptions, Observer
 from accord.errors import StoreError, TransportError
+from accord.objects.ports import ObjectStore
 
 __all__ = ["CRASH_ENV", "open_engine", "open_store", "open_transport", "reach_transport"]
 
 CRASH_ENV = "ACCORD_CRASH_AT"  # a crash point for fault tests, read by open_engine
 _QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
 
-STORE_SCHEMES = ("memory", "sqlite", "redis", "rediss")
+STORE_SCHEMES = ("memory", "sqlite", "redis", "rediss", "postgresql")
 TRANSPORT_SCHEMES = (
-    "memory", "sqlite", "embedded+sqlite", "embedded", "bullmq", "redis+bullmq", "amqp", "amqps"
+    "memory", "sqlite", "embedded+sqlite", "embedded", "bullmq", "redis+bullmq", "amqp", "amqps",
+    "postgresql",
 )  # fmt: skip
 
 
@@ -79,6 +86,10 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
             from accord.adapters.stores.redis import RedisStore  # noqa: PLC0415
 
             return RedisStore.from_url(url, clock)
+        if scheme == "postgresql":  # postgresql://user@host:5432/db?schema=accord&pool_size=10
+            from accord.adapters.stores.postgres import PostgresStore  # noqa: PLC0415
+
+            return PostgresStore.from_url(url, clock)
     except ValueError as exc:
         raise StoreError(f"store URL {url!r}: {exc}") from exc
     raise StoreError(
@@ -117,6 +128,10 @@ def open_transport(
             from accord.adapters.transports.rabbitmq import RabbitmqTransport  # noqa: PLC0415
 
             return RabbitmqTransport.from_url(url, clock, delivery_limits)
+        if scheme == "postgresql":  # the queue tables in that schema (the store's URL works)
+            from accord.adapters.transports.postgres import PostgresTransport  # noqa: PLC0415
+
+            return PostgresTransport.from_url(url, clock, delivery_limits)
     except ValueError as exc:
         raise TransportError(f"transport URL {url!r}: {exc}", retryable=False) from exc
     raise TransportError(
@@ -158,12 +173,18 @@ def open_engine(
     observers: Sequence[Observer] = (),
     catalog: MessageCatalog | None = None,
     sealing: Keyring | None = None,
+    remote: RemoteConfig | None = None,
+    claims: ObjectStore | None = None,
 ) -> Engine:
     """An :class:`Engine` over the store and transport named by URL, owning both. One SQLite file
     named twice is one connection: the queue lives in the store's own database and joins its
     commits. ``ACCORD_CRASH_AT`` in the environment sets a crash point unless ``options`` does.
     ``sealing`` seals the sensitive fields of contexts and results at rest (it needs
-    ``catalog``; see :mod:`accord.engine.runtime.sealed`)."""
+    ``catalog``; see :mod:`accord.engine.runtime.sealed`). ``remote`` delivers the queues it
+    names to remote HTTP workers (:mod:`accord.adapters.transports.http`, docs/remote-workers.md).
+    ``claims`` is where job payloads above the claim-check threshold are checked in
+    (:mod:`accord.objects.claims`; docs/protocol.md §9).
+    """
     opts = options or EngineOptions()
     if opts.crash_at is None and os.environ.get(CRASH_ENV):
         opts = dataclasses.replace(opts, crash_at=os.environ[CRASH_ENV])
@@ -176,9 +197,13 @@ def open_engine(
         transport = open_transport(f"embedded://?{urlencode(query)}", clock=clk, store=store)
     else:
         transport = open_transport(transport_url, clock=clk)
+    if remote is not None and remote.remotes:
+        from accord.adapters.transports.http import HttpDispatchTransport  # noqa: PLC0415
+
+        transport = HttpDispatchTransport(transport, remote)
     return Engine(
         store, transport, clk, opts, actions=actions, sink=sink, result_checks=result_checks,
-        observers=observers, catalog=catalog, owns_ports=True, sealing=sealing,
+        observers=observers, catalog=catalog, owns_ports=True, sealing=sealing, claims=claims,
     )  # fmt: skip
 
 

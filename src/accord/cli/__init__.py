@@ -10,13 +10,23 @@ from __future__ import annotations
 import typer
 
 from accord.cli import (
+    alerts,
     contracts,
     dead_letters,
     demo,
+    doctor,
     engine,
     events,
+    keys,
+    migration,  # noqa: F401 - registers migrate, migration-plan, shadow, canary, promote, abort
+    objects,
+    policy,
     quarantine,
     runs,
+    serve,
+    store,
+    telemetry,
+    triggers,
     worker,
     workflow,
 )
@@ -38,7 +48,16 @@ app.add_typer(worker.app, name="worker")
 app.add_typer(quarantine.app, name="quarantine")
 app.add_typer(dead_letters.app, name="dead-letters")
 app.add_typer(events.app, name="events")
+app.add_typer(keys.app, name="keys")
+app.add_typer(store.app, name="store")
+app.add_typer(triggers.app, name="triggers")
+app.add_typer(policy.app, name="policy")
+app.add_typer(objects.app, name="objects")
+app.add_typer(telemetry.app, name="telemetry")
+app.add_typer(alerts.app, name="alerts")
 app.command("demo")(demo.demo)
+app.command("serve")(serve.serve)
+app.command("doctor")(doctor.doctor)
 
 
 def main() -> None:

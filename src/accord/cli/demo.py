@@ -7,10 +7,13 @@
    ``--store redis://… --transport bullmq://…|amqp://…``), the platform actions and the three
    reference workers in-process, each announcing its capability;
 4. ingest — copy each model of ``examples/models`` (or ``--models DIR``) into the object store
-   and start one run per model, showing runs and stages live;
+   (the state directory, or an S3 bucket with ``--objects s3://…``: :mod:`._demo_objects`, which
+   puts the result cache there too) and start one run per model, showing runs and stages live;
 5. report — one row per model (route, stage durations, key metadata, thumbnail path), and where
-   the outputs are. A second ``accord demo`` finds every model in the cache: the decision takes
-   the cache-hit branch straight to publish, and no worker runs.
+   the outputs are; with ``--serve``, the HTTP API (``accord serve``) then runs on the same store
+   until stopped, and an admin key for the demo's tenant is printed once. A second ``accord
+   demo`` finds every model in the cache: the decision takes the cache-hit branch straight to
+   publish, and no worker runs.
 
 Every step uses the same code paths as the other commands; a refusal stops with exit code 1.
 """
@@ -34,6 +37,7 @@ from accord.cli._common import (
     pick_loop,
     refuse,
 )
+from accord.cli._demo_objects import run_demo_objects
 from accord.cli._demo_run import run_demo
 from accord.cli._redaction import (
     configure_logging,
@@ -42,6 +46,7 @@ from accord.cli._redaction import (
     warn_unsealed,
 )
 from accord.cli._registry import Workspace, workspace
+from accord.cli.telemetry import ProjectionOpt, index_runs
 from accord.contracts import compat
 from accord.contracts.model import MessageContract
 from accord.contracts.sealing import SealingError
@@ -110,16 +115,31 @@ def demo(
     contracts_only: Annotated[bool, typer.Option("--contracts-only")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     *,
-    store: Annotated[str | None, typer.Option("--store", help="Store URL (redis://…).")] = None,
+    store: Annotated[
+        str | None, typer.Option("--store", help="Store URL (redis://…, postgresql://…).")
+    ] = None,
     transport: Annotated[
         str | None, typer.Option("--transport", help="Transport URL (bullmq://…, amqp://…).")
     ] = None,
     loop: LoopOpt = "auto",
+    serve: Annotated[
+        bool, typer.Option("--serve", help="Then serve the HTTP API on its store until stopped.")
+    ] = False,
+    objects: Annotated[
+        str | None, typer.Option("--objects", help="Objects in S3: s3://bucket?endpoint=….")
+    ] = None,
+    projection: ProjectionOpt = None,
 ) -> None:
     """Contracts, then the model-ingest workflow over real models, live; run again to hit the
     cache."""
+    if serve and (json_out or contracts_only):
+        _stopped("--serve runs until stopped: not with --json or --contracts-only", EXIT_USAGE)
+    if transport is None and store is not None and store.lower().startswith("postgresql:"):
+        transport = store  # the queue tables live in the store's own database
     if (store is None) != (transport is None):
         _stopped("--store and --transport go together", EXIT_USAGE)
+    if objects is not None and not objects.startswith("s3://"):
+        _stopped("--objects takes an s3://bucket[/prefix]?endpoint=… URL", EXIT_USAGE)
     chosen_loop = pick_loop(loop)
     ws = workspace()
     folder = models or ws.root / "examples" / "models"
@@ -159,15 +179,34 @@ def demo(
                 store=store,
                 transport=transport,
                 sealing=sealing,
+            )
+            if objects is None
+            else run_demo_objects(
+                ws,
+                found,
+                state or ws.root / ".accord" / "demo",
+                tenant,
+                objects,
+                quiet=json_out,
+                store=store,
+                transport=transport,
+                sealing=sealing,
             ),
             chosen_loop,
         )
     except AccordError as exc:
         _refused(exc)
+    index_runs(projection, store or f"sqlite:///{embedded}")  # the search projection, rebuilt
     if json_out:
         emit_json(rows)
     if any(r["status"] != "completed" for r in rows):
         raise typer.Exit(EXIT_REFUSED)
+    if serve:  # the same store, actions' state and contracts, now behind `accord serve`
+        from accord.cli.serve import serve_demo  # noqa: PLC0415 - only with --serve
+
+        demo_state = state or ws.root / ".accord" / "demo"
+        url = store or f"sqlite:///{embedded}"
+        serve_demo(url, transport or url, demo_state, ws.sources, tenant, chosen_loop)
 
 
 def _stopped(message: str, code: int, diagnostics: Iterable[Diagnostic] = ()) -> NoReturn:

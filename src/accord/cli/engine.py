@@ -10,10 +10,12 @@ once they saw no change for ``--history-retention`` (30 days; ``off`` keeps them
 actions (cache lookup, catalogue, audit) are registered here unless ``--no-platform``: the engine
 that starts a run or commits its next transition runs its action stages itself, so a run started
 from any process finds them; an engine without a plan's actions leaves that plan's run requests
-to one that has them (:mod:`accord.engine.runtime.requests`). ``reconcile`` runs one pass and
-prints its report. A broker transport (``bullmq://``, ``amqp://``) that does not answer within
-``--connect-timeout`` (30 s) is a one-line refusal, exit 1; once running, a lost broker is
-retried, each failure logged on one line.
+to one that has them (:mod:`accord.engine.runtime.requests`). Job payloads above the claim-check
+threshold travel as ``payloadRef`` in the object store ``--claims`` names (default on the embedded
+store: ``STATE/claims``; docs/protocol.md §9). ``reconcile`` runs one pass and prints its report. A
+broker transport (``bullmq://``, ``amqp://``) that does not answer within ``--connect-timeout`` (30
+s) is a one-line refusal, exit 1; once running, a lost broker is retried, each failure logged on one
+line.
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ from accord.cli._redaction import (
     sealing_or_exit,
     warn_unsealed,
 )
+from accord.cli.telemetry import ProjectionOpt, projection_for
 from accord.engine.runtime.holding import HOLD_MS
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.engine.runtime.retention import parse_duration
 from accord.errors import StoreError, TransportError
 from accord.loop import run as run_on_loop
+from accord.objects.ports import ObjectStore
 
 app = typer.Typer(help="Run the durable engine.", no_args_is_help=True)
 
@@ -54,6 +58,36 @@ StoreOpt = Annotated[str, typer.Option("--store", envvar="ACCORD_STORE", help="s
 TransportOpt = Annotated[
     str, typer.Option("--transport", envvar="ACCORD_TRANSPORT", help="transport URL")
 ]
+
+
+ClaimsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--claims",
+        help="object store for claim checks (file:///dir, s3://…; default on the embedded "
+        "store: STATE/claims; off: none)",
+    ),
+]
+
+
+def claims_or_exit(url: str | None, store: str, state: Path) -> ObjectStore | None:
+    """The object store large job payloads are checked in to: ``--claims URL``; by default the
+    folder ``STATE/claims`` when the store is the embedded SQLite file, else none; ``off``: none.
+    A URL no adapter opens is a usage error (exit 2)."""
+    from accord.adapters.objects import (  # noqa: PLC0415
+        FileObjectStore,
+        open_object_store,
+        redact_url,
+    )
+
+    if url == "off":
+        return None
+    if url is None:
+        return FileObjectStore(state / "claims") if store.startswith("sqlite:") else None
+    try:
+        return open_object_store(url)
+    except ValueError as exc:
+        usage(f"--claims {redact_url(url)!r}: {exc}")
 
 
 @app.command("run")
@@ -94,10 +128,13 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
             "--connect-timeout", help="how long to wait for the transport's broker at start"
         ),
     ] = DEFAULT_CONNECT_TIMEOUT,
+    claims: ClaimsOpt = None,
+    projection: ProjectionOpt = None,
     loop: LoopOpt = "auto",
 ) -> None:
     """Run the engine until interrupted."""
     chosen_loop = pick_loop(loop)
+    claim_store = claims_or_exit(claims, store, state)
     retention_ms = _retention(history_retention)
     connect_s = connect_timeout(connect_timeout_opt)
     catalog = load_catalog_quietly(contracts)  # which fields logs must mask
@@ -107,9 +144,13 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     sealing = sealing_or_exit("engine", catalog, needs_catalog=True)  # a bad key: exit 2
 
     async def serve() -> None:
+        from accord.adapters.telemetry import otel  # noqa: PLC0415 - the SDK only when used
+
+        search = projection_for(projection, store)  # the search projection (or none)
         engine = open_engine(
             store,
             transport,
+            sink=otel.register(search.sink),  # spans when OTEL_* says so
             options=EngineOptions(
                 owner=owner,
                 poll_ms=poll_ms,
@@ -121,12 +162,15 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
             ),
             catalog=catalog,
             sealing=sealing,
+            claims=claim_store,
         )
+        search.attach(engine)
         engine.observers.append(run_observer(redacting, engine, catalog))
         try:  # an unreachable broker: a bounded wait, then one line and exit 1
             await reach_or_refuse("engine", engine.transport, transport, connect_s)
         except BaseException:
             await engine.stop()
+            await search.close()
             raise
         if platform:
             await _with_platform(engine, state, contracts, workflow or [])
@@ -142,6 +186,7 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         console.print(f"engine {engine.owner} running on {store} ({chosen_loop} loop)")
         await stop.wait()
         await engine.stop()
+        await search.close()
         console.print(f"engine {engine.owner} stopped after {engine.transitions} transitions")
 
     run_on_loop(serve(), chosen_loop)

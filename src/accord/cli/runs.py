@@ -8,16 +8,21 @@ contract), so a request that could never start is refused here, exit 1, and neve
 id is derived from the tenant and the key, so the command knows it before any engine answers,
 and a repeated key starts nothing new: it answers the run the key already started. It then waits
 up to ``--wait-start`` for an engine to start the run; with no engine running it reports the run
-``queued`` (exit 0), and the first engine to start takes it. ``--wait`` waits for the run's end
-as well (exit 1 unless it completed, or when it has not ended within ``--timeout``). Without
-``--idempotency-key`` a fresh key is made, so every call starts a new run. ``--json`` prints one
-document in every outcome: ``state`` is ``started``, ``existing`` or ``queued``.
+``queued`` (exit 0), and the first engine to start takes it. Admission is checked before publishing
+(plan active, budgets, live workers, owner and review date where the plan declares an owner) and
+again by the engine that takes the request: a refusal either way is exit 1 naming each reason's code
+(the engine's is read back from the refusal it records under the run id). ``--wait`` waits for the
+run's end as well (exit 1 unless it completed, or when it has not ended within ``--timeout``).
+Without ``--idempotency-key`` a fresh key is made, so every call starts a new run. ``--json`` prints
+one document in every outcome: ``state`` is ``started``, ``existing`` or ``queued``.
 
 ``list``, ``show``, ``history`` and ``explain`` only read. ``prune --older-than 30d`` removes
 ended runs (completed, failed, cancelled) that saw no change for that long, history and all, as
 the engine's retention loop does (:mod:`accord.engine.runtime.retention`). ``cancel`` and
 ``redrive`` commit one operator event through the engine's normal path (load → apply →
-commit); the outbox entries that commit writes are published by whichever engine process sweeps
+commit), and so do ``approve`` and ``reject`` (a decision on a waiting approval gate, recorded as
+``cli:$USER`` with ``--comment`` and ``--form`` checked against the gate's form contract); the
+outbox entries that commit writes are published by whichever engine process sweeps
 next, so these commands need no transport. Every command takes ``--json``.
 
 What they print never holds a sensitive value: the fields the run's pinned contracts mark
@@ -34,10 +39,10 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -47,9 +52,12 @@ from accord.cli._common import EXIT_OK, EXIT_USAGE, console, emit_json, refuse, 
 from accord.cli._connect import masked
 from accord.cli._redaction import load_catalog_quietly, redaction_of
 from accord.contracts.redact import scrub, scrub_pattern
-from accord.engine.machine.explain import explain_history
-from accord.engine.machine.state import HistoryEntry, RunState
+from accord.engine.machine.events import ApprovalDecided
+from accord.engine.machine.explain import explain_history, reconciliation
+from accord.engine.machine.finalise import needs_reconciliation as needs_reconciliation_of
+from accord.engine.machine.state import RUN_STATUSES, HistoryEntry, RunState
 from accord.engine.ports import Store
+from accord.engine.runtime.admission import REFUSED_STATUS, Admission, Refusal
 from accord.engine.runtime.orchestrator import Delivered, Engine, EngineOptions
 from accord.engine.runtime.requests import (
     RUNS_QUEUE,
@@ -59,7 +67,16 @@ from accord.engine.runtime.requests import (
     request_run_id,
 )
 from accord.engine.runtime.retention import parse_duration, prune_all
-from accord.errors import EngineError, StoreError, TransportError, ValidationError
+from accord.errors import (
+    Diagnostic,
+    EngineError,
+    Location,
+    StoreError,
+    TransportError,
+    ValidationError,
+)
+from accord.workflow.kinds.approval import form_problems
+from accord.workflow.plan import ApprovalStage, Plan
 
 app = typer.Typer(help="Inspect, cancel and re-drive runs.", no_args_is_help=True)
 
@@ -138,13 +155,25 @@ def list_runs(  # noqa: PLR0917 - typer maps each option to a parameter
     workflow: Annotated[str | None, typer.Option(help="only runs of this workflow")] = None,
     tenant: Annotated[str | None, typer.Option(help="only runs of this tenant")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+    needs_reconciliation: Annotated[
+        bool,
+        typer.Option(
+            "--needs-reconciliation", help="only runs with a compensation that did not succeed"
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """List runs, newest first."""
     filters = {k: v for k, v in (("status", status), ("workflow", workflow), ("tenant", tenant))}
     chosen = {k: v for k, v in filters.items() if v is not None}
     stored = _with_store(store, lambda s: s.list_runs(limit, **chosen))
-    runs = [(RunState.from_json(s.state), s.version) for s in stored]
+    runs = [
+        (RunState.from_json(s.state), s.version)
+        for s in stored
+        if s.state.get("status") in RUN_STATUSES
+    ]
+    if needs_reconciliation:
+        runs = [(run, version) for run, version in runs if reconciliation(run)]
     if json_out:
         emit_json([_summary(run, version) for run, version in runs])
         return
@@ -158,7 +187,7 @@ def list_runs(  # noqa: PLR0917 - typer maps each option to a parameter
 
 
 def _summary(run: RunState, version: int) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "run_id": run.run_id,
         "status": run.status,
         "intent": run.intent,
@@ -167,6 +196,10 @@ def _summary(run: RunState, version: int) -> dict[str, Any]:
         "plan_digest": run.plan_digest,
         "version": version,
     }
+    undone = needs_reconciliation_of(run.stages, run.compensations)
+    if undone:  # only then, so the summary of every other run keeps its form
+        doc["needs_reconciliation"] = undone
+    return doc
 
 
 @app.command("show")
@@ -302,6 +335,98 @@ def redrive(
     _report(_operate(store, lambda e: e.redrive(run_id, stage, by)), json_out)
 
 
+def _decide(  # noqa: PLR0917 - the shared body of approve and reject
+    decision: str,
+    run_id: str,
+    stage: str,
+    store: str,
+    comment: str,
+    form_text: str | None,
+    contracts: Path | None,
+    json_out: bool,
+) -> None:
+    """Record a decision on a waiting approval gate as ``cli:$USER``: whoever holds the store
+    holds every role (``admin``) in the run's tenant; the gate's other rules still apply."""
+    form = _json_object_arg(form_text, "--form") if form_text is not None else {}
+    run = _with_store(store, lambda s: _run_or_refuse(s, run_id))
+
+    async def gate_of(s: Store) -> ApprovalStage | None:
+        found = await s.get_plan(run.plan_digest)
+        if found is None:
+            return None
+        plan = Plan.from_json(found)
+        gate = plan.stage(stage) if plan.has_stage(stage) else None
+        return gate if isinstance(gate, ApprovalStage) else None
+
+    gate = _with_store(store, gate_of)
+    if gate is None:
+        refuse(f"run {run_id!r} has no approval gate {stage!r}")
+    problems = form_problems(gate, load_catalog_quietly(contracts), form)
+    event = ApprovalDecided(
+        run_id=run_id,
+        stage=stage,
+        decision=decision,
+        by=f"cli:{os.environ.get('USER', 'operator')}",
+        role="admin",
+        tenants=(run.tenant,),
+        comment=comment,
+        form=form,
+        form_problems=problems,
+    )
+    _report(_operate(store, lambda e: e.deliver(event)), json_out)
+
+
+def _json_object_arg(text: str, where: str) -> dict[str, Any]:
+    """A JSON object given inline or as ``@file``; anything else is a usage error."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            usage(f"{where} {text}: cannot read {str(path)!r}: {exc}")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        usage(f"{where}: not JSON: {exc}")
+    if not isinstance(doc, dict):
+        usage(f"{where}: must be a JSON object, not {type(doc).__name__}")
+    return doc
+
+
+CommentOpt = Annotated[str, typer.Option("--comment", help="recorded with the decision")]
+FormOpt = Annotated[
+    str | None, typer.Option("--form", help="the gate's form data: JSON, or @file holding it")
+]
+
+
+@app.command("approve")
+def approve(  # noqa: PLR0917 - typer maps each option to a parameter
+    run_id: str,
+    stage: str,
+    store: StoreOpt = DEFAULT_STORE,
+    comment: CommentOpt = "",
+    form: FormOpt = None,
+    contracts: ContractsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Approve a waiting approval gate (recorded with who, when, comment and form)."""
+    _decide("approve", run_id, stage, store, comment, form, contracts, json_out)
+
+
+@app.command("reject")
+def reject(  # noqa: PLR0917 - typer maps each option to a parameter
+    run_id: str,
+    stage: str,
+    store: StoreOpt = DEFAULT_STORE,
+    comment: CommentOpt = "",
+    form: FormOpt = None,
+    contracts: ContractsOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Reject a waiting approval gate (recorded with who, when, comment and form)."""
+    _decide("reject", run_id, stage, store, comment, form, contracts, json_out)
+
+
 def _report(done: Delivered, json_out: bool) -> None:
     run = done.run
     refused = [h for h in done.history if not h.accepted]
@@ -340,12 +465,22 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def _refuse_admission(reasons: Sequence[Refusal], workflow: str, source: str) -> NoReturn:
+    """Exit 1 naming every reason admission gave (each a diagnostic with its code)."""
+    refuse(
+        f"admission refused the start of {workflow!r}: "
+        + "; ".join(f"{r.code}: {r.message}" for r in reasons),
+        diagnostics=[Diagnostic(r.code, r.message, Location(source)) for r in reasons],
+    )
+
+
 async def _check_request(
     store: Store, request: dict[str, Any], run_id: str, contracts: Path | None
-) -> RunState | None:
-    """The run the request's key already started (``None``: none yet), after refusing, exit 1,
-    what an engine would refuse: a key used for another workflow, a workflow with no active plan,
-    a bad tenant or a context its plan's contract rejects."""
+) -> RunState | Plan:
+    """The run the request's key already started, or the plan a new run would start, after
+    refusing, exit 1, what an engine would refuse: a key used for another workflow, a workflow
+    with no active plan, a bad tenant, a context its plan's contract rejects, or what admission
+    refuses (its in-process action check aside: the engine that takes the request has those)."""
     engine = Engine(
         store, open_transport("memory://"), SystemClock(), EngineOptions(dispatch=False),
         catalog=load_catalog_quietly(contracts),
@@ -360,9 +495,30 @@ async def _check_request(
             )
         return existing
     try:
-        await engine.check_start(workflow, request["context"], request["tenant"])
+        plan = await engine.check_start(workflow, request["context"], request["tenant"])
     except (EngineError, ValidationError) as exc:
         refuse(_one_line(exc))
+    admission = Admission(engine, governance="declared")
+    reasons = await admission.refusals(plan, request["tenant"], request["requester"])
+    reasons = [r for r in reasons if r.code != "admission-no-action"]
+    if reasons:
+        _refuse_admission(reasons, workflow, plan.source)
+    return plan
+
+
+async def _refusal_of(store: Store, workflow: str, run_id: str) -> list[Refusal] | None:
+    """The reasons an engine's admission recorded for refusing ``run_id`` (``None``: none)."""
+    for stored in await store.list_runs(200, status=REFUSED_STATUS, workflow=workflow):
+        doc = stored.state
+        if doc.get("runId") != run_id:
+            continue
+        said = doc.get("reasons")
+        items = said if isinstance(said, list) else []
+        return [
+            Refusal(str(r.get("code", "")), str(r.get("message", "")))
+            for r in items
+            if isinstance(r, dict)
+        ]
     return None
 
 
@@ -382,10 +538,16 @@ async def _publish(url: str, message_id: str, body: bytes, timeout_s: float) -> 
 
 
 async def _await_run(
-    store: Store, run_id: str, timeout_s: float, *, terminal: bool
+    store: Store,
+    run_id: str,
+    timeout_s: float,
+    *,
+    terminal: bool,
+    refused_in: tuple[str, str] | None = None,
 ) -> RunState | None:
     """The run once it exists (``terminal``: once it has ended), or what there is after
-    ``timeout_s``."""
+    ``timeout_s``; with ``refused_in`` (workflow, source), a refusal an engine's admission
+    recorded for ``run_id`` meanwhile is an exit 1 with its reasons."""
     deadline = time.monotonic() + timeout_s
     pause = 0.02
     while True:
@@ -393,6 +555,10 @@ async def _await_run(
         run = RunState.from_json(stored.state) if stored else None
         if run is not None and (run.terminal or not terminal):
             return run
+        if run is None and refused_in is not None:
+            reasons = await _refusal_of(store, refused_in[0], run_id)
+            if reasons is not None:
+                _refuse_admission(reasons, refused_in[0], refused_in[1])
         if time.monotonic() >= deadline:
             return run
         await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
@@ -451,13 +617,16 @@ def start(  # noqa: PLR0917 - typer maps each option to a parameter
         except (ValueError, OSError) as exc:
             refuse(masked(store, f"cannot open store {store!r}: {exc}"), EXIT_USAGE)
         try:
-            existing = await _check_request(opened, request, run_id, contracts)
-            if existing is not None:
+            found = await _check_request(opened, request, run_id, contracts)
+            if isinstance(found, RunState):
                 state = "existing"
-                run: RunState | None = existing
+                run: RunState | None = found
             else:
                 await _publish(transport, request_message_id(tenant, key), body, 30.0)
-                run = await _await_run(opened, run_id, wait_start, terminal=False)
+                run = await _await_run(
+                    opened, run_id, wait_start, terminal=False,
+                    refused_in=(found.name, found.source),
+                )  # fmt: skip
                 state = "queued" if run is None else "started"
             if wait and (run is None or not run.terminal):
                 run = await _await_run(opened, run_id, timeout, terminal=True)
@@ -484,3 +653,26 @@ def start(  # noqa: PLR0917 - typer maps each option to a parameter
     else:
         said = "started" if state == "started" else "already started (same idempotency key)"
         console.print(f"{said}: run {run_id}  {status}  {workflow}", markup=False)
+
+
+@app.command("search")
+def search(
+    query: Annotated[
+        str,
+        typer.Argument(
+            help="terms such as 'workflow:model-ingest status:failed stage:publish tenant:acme "
+            "since:1h' (docs/observability.md)"
+        ),
+    ] = "",
+    store: StoreOpt = DEFAULT_STORE,
+    projection: Annotated[
+        str | None,
+        typer.Option("--projection", envvar="ACCORD_PROJECTION", help="search projection URL"),
+    ] = None,
+    limit: Annotated[int, typer.Option(min=0, max=10_000)] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """Search runs in the search projection (a derived index; it says how far it lags)."""
+    from accord.cli.telemetry import run_search  # noqa: PLC0415
+
+    run_search(query, store, projection, limit, json_out)

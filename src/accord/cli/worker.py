@@ -7,7 +7,11 @@ announces its capabilities there with a TTL, which is what admission checks, and
 record there before running it: a job whose attempt the engine superseded is not run. Requests and
 results are validated against the contracts in ``schemas/contracts`` of the enclosing repository
 (or ``--contracts DIR``). SIGINT/SIGTERM shut down gracefully: stop consuming, finish in-flight
-jobs. A broker transport that does not answer within ``--connect-timeout`` (30 s), or a ``--store``
+jobs. ``--claims URL`` is the object store a ``payloadRef`` job is checked out of and verified
+against (default on the embedded SQLite transport: ``.accord/claims``, where the engine checks
+payloads in; a tampered object is the terminal ``corrupt-payload``). ``--connections FILE`` is the
+connection registry ``storageConnectionRef`` names resolve in (docs/objects.md). A broker
+transport that does not answer within ``--connect-timeout`` (30 s), or a ``--store``
 that cannot be read, is a one-line refusal, exit 1; once running, a lost broker is retried, each
 failure logged on one line.
 """
@@ -36,8 +40,10 @@ from accord.cli._redaction import configure_logging, note_requests, sealing_or_e
 from accord.contracts.sources import find_root, load_catalog
 from accord.errors import AccordError
 from accord.loop import run as run_on_loop
+from accord.objects.ports import ObjectStore
 
 STATE = Path(".accord/worker")
+CLAIMS = Path(".accord/claims")  # the engine's default claim store on the embedded default
 app = typer.Typer(help="Run workers built with the Worker SDK.", no_args_is_help=True)
 
 
@@ -74,6 +80,45 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _claims(url: str | None, transport: str) -> ObjectStore | None:
+    """``--claims``: the URL's store; by default ``.accord/claims`` (where ``accord engine run``
+    checks payloads in on the embedded default) when the transport is the embedded SQLite queue;
+    ``off``: none. A URL no adapter opens is a usage error (exit 2)."""
+    from accord.adapters.objects import (  # noqa: PLC0415
+        FileObjectStore,
+        open_object_store,
+        redact_url,
+    )
+
+    if url == "off":
+        return None
+    if url is None:
+        return FileObjectStore(CLAIMS) if transport.startswith("sqlite:") else None
+    try:
+        return open_object_store(url)
+    except ValueError as exc:
+        usage(f"--claims {redact_url(url)!r}: {exc}")
+
+
+def _storage(path: Path) -> object:
+    """``--connections FILE``: a :class:`~accord.worker.storage.StorageMap` over the registry
+    the file describes (``local``, unless the file names a connection of that name, stays the
+    default folder); a file that cannot be read or is malformed is a one-line refusal naming the
+    file and the field, exit 1."""
+    from accord.adapters.objects.connections import (  # noqa: PLC0415
+        ConnectionRegistry,
+        RegistryError,
+    )
+    from accord.worker.storage import DEFAULT_REF, StorageMap  # noqa: PLC0415
+
+    try:
+        registry = ConnectionRegistry.from_file(path)
+    except RegistryError as exc:
+        refuse(f"worker not started: --connections: {exc}")
+    roots = {} if DEFAULT_REF in registry else StorageMap.local().roots
+    return StorageMap(roots=roots, registry=registry)
+
+
 @app.command("run")
 def run(
     spec: Annotated[str, typer.Argument(metavar="MODULE[:ATTR]", help="The Worker to serve.")],
@@ -90,6 +135,21 @@ def run(
             "--connect-timeout", help="how long to wait for the transport's broker at start"
         ),
     ] = DEFAULT_CONNECT_TIMEOUT,
+    claims: Annotated[
+        str | None,
+        typer.Option(
+            "--claims",
+            help="object store payloadRef jobs are checked out of (file:///dir, s3://…; "
+            "default on an embedded transport: .accord/claims; off: none)",
+        ),
+    ] = None,
+    connections: Annotated[
+        Path | None,
+        typer.Option(
+            "--connections",
+            help="connection registry (JSON) that storageConnectionRef names resolve in",
+        ),
+    ] = None,
     loop: LoopOpt = "auto",
 ) -> None:
     """Serve MODULE[:ATTR] until interrupted."""
@@ -101,6 +161,9 @@ def run(
 
     worker = load_worker(spec)
     assert isinstance(worker, Worker)
+    claim_store = _claims(claims, transport)
+    if connections is not None:
+        worker.services["storage"] = _storage(connections)
     try:
         catalog = load_catalog(contracts or find_root() / "schemas" / "contracts")
         port = open_transport(transport)
@@ -116,7 +179,7 @@ def run(
     log = AcceptanceLog(state / f"{worker.name}.acceptance.db")
     runtime = Runtime(worker, port, catalog=catalog, acceptance=log, announce=announcer,
                       slots=slots, heartbeat_ms=heartbeat_ms, sealing=sealing,
-                      current=current)  # fmt: skip
+                      current=current, claims=claim_store)  # fmt: skip
     console.print(
         f"serving {', '.join(worker.capabilities)} on {', '.join(runtime.queues)} "
         f"as {runtime.worker_id} ({chosen_loop} loop)"

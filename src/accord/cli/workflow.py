@@ -182,14 +182,31 @@ def graph(
 
 
 @app.command("activate")
-def activate_(
+def activate_(  # noqa: PLR0917 - typer maps each option to a parameter
     file: Path,
     contracts: ContractsOpt = DEFAULT_CONTRACTS,
     store: StoreOpt = DEFAULT_STORE,
     json: JsonOpt = False,
+    canary: Annotated[
+        str | None, typer.Option("--canary", help="send this share of new runs to it (10%)")
+    ] = None,
+    max_increase: Annotated[
+        float | None, typer.Option(help="canary: failure-rate points above stable, at most")
+    ] = None,
+    min_runs: Annotated[
+        int | None, typer.Option(help="canary: ended runs before a verdict")
+    ] = None,
+    reason: Annotated[str, typer.Option(help="canary: why (recorded)")] = "",
 ) -> None:
-    """Store the compiled plan as an immutable version and make it active for new runs."""
+    """Store the compiled plan as an immutable version and make it active for new runs (with
+    --canary, for that share of new runs until promoted or aborted)."""
     plan = _compiled(file, contracts, json)
+    if canary is not None:
+        from accord.cli.migration import activate_canary  # noqa: PLC0415 - it imports this module
+
+        activate_canary(plan, canary, store, max_increase=max_increase, min_runs=min_runs,
+                        reason=reason, json_out=json)  # fmt: skip
+        return
     changed = _with_store(store, lambda s: activation.activate(s, plan))
     if json:
         emit_json({"workflow": plan.name, "digest": plan.digest, "changed": changed})

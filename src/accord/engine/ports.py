@@ -13,6 +13,7 @@ the
   database offers a joint commit: the transition, the jobs it dispatches and the acknowledgement
   of the delivery that carried its event land in one transaction (:mod:`.runtime.joint`).
 - :class:`Sink` — where telemetry goes (a projection, OpenTelemetry…).
+- :class:`Projection` — the derived search index of durable history (docs/observability.md).
 - :class:`Clock` — time in integer milliseconds since the Unix epoch.
 """
 
@@ -27,13 +28,19 @@ __all__ = [
     "Commit",
     "DeadLetter",
     "Delivery",
+    "Document",
+    "FailedDocument",
+    "IndexOutcome",
     "JointCommit",
     "JointQueue",
     "JsonDict",
     "JsonValue",
     "OutboxEntry",
+    "Projection",
     "QueueAdmin",
     "QueuedMessage",
+    "SearchQuery",
+    "SearchResult",
     "Sink",
     "Store",
     "StoredRun",
@@ -230,6 +237,113 @@ class Sink(Protocol):
     """Where telemetry goes (a projection, OpenTelemetry…). Failures are retried via the sweep."""
 
     async def emit(self, events: Sequence[Mapping[str, JsonValue]]) -> None: ...
+
+
+# -- the search projection (docs/observability.md) ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One document of the search projection: a run (``kind`` ``run``, ``doc_id`` the run id) or
+    one history entry (``kind`` ``event``, ``doc_id`` ``<run id>/<seq>``). ``seq`` guards the
+    upsert: a document is replaced only by one with a higher ``seq``, so a redelivered or
+    reordered event never regresses it. ``body`` is plain JSON with no payload in it."""
+
+    doc_id: str
+    kind: str  # run | event
+    run_id: str
+    tenant: str
+    seq: int
+    body: JsonDict
+
+
+@dataclass(frozen=True, slots=True)
+class IndexOutcome:
+    """The item-level outcome of a bulk upsert: ``indexed``, ``unchanged`` (the stored document
+    is as new or newer) or ``failed`` with ``error``."""
+
+    doc_id: str
+    status: str
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """A parsed search; empty fields match everything. ``since_ms``/``until_ms`` bound the run's
+    last update; ``text`` is full-text over the run document's words."""
+
+    tenants: tuple[str, ...] | None = None  # None: every tenant; () matches nothing
+    workflow: str = ""
+    version: str = ""  # plan digest prefix
+    status: str = ""
+    stage: str = ""
+    stage_status: str = ""
+    intent: str = ""
+    trigger: str = ""
+    requester: str = ""
+    run_id: str = ""
+    since_ms: int | None = None
+    until_ms: int | None = None
+    text: str = ""
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    runs: list[JsonDict]  # run document bodies, newest update first
+    total: int  # matches before ``limit``
+    facets: dict[str, dict[str, int]]  # ``status`` and ``version`` (``workflow@digest``) counts
+    indexed_through_ms: int  # event time of the newest event applied (0: none yet)
+    projected_at_ms: int  # when the projector last wrote (0: never)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedDocument:
+    """A document the projector could not index after its retries: kept for an operator."""
+
+    doc_id: str
+    run_id: str
+    error: str
+    attempts: int
+    failed_at_ms: int
+
+
+@runtime_checkable
+class Projection(Protocol):
+    """A derived, searchable index of durable history; never the source of run state."""
+
+    async def upsert(self, documents: Sequence[Document], now_ms: int) -> list[IndexOutcome]:
+        """Bulk upsert, one outcome per document in order, each guarded by ``seq``; an error
+        reaching the index at all raises a retryable :class:`~accord.errors.StoreError`."""
+        ...
+
+    async def get(self, doc_id: str) -> Document | None: ...
+
+    async def documents(self, run_id: str) -> list[Document]:
+        """The run's document and its event documents, by ``doc_id``."""
+        ...
+
+    async def search(self, query: SearchQuery) -> SearchResult: ...
+
+    async def run_ids(self, limit: int = 1000, after: str = "") -> list[str]:
+        """Run ids with a run document, in id order after ``after``."""
+        ...
+
+    async def record_failures(self, failures: Sequence[FailedDocument]) -> None: ...
+
+    async def failures(self, limit: int = 1000) -> list[FailedDocument]: ...
+
+    async def clear_failures(self, doc_ids: Sequence[str]) -> None: ...
+
+    async def mark(self, indexed_through_ms: int, now_ms: int) -> None:
+        """Record how far the projection has got (the newest event time applied)."""
+        ...
+
+    async def reset(self) -> None:
+        """Remove every document, failure and mark (before a rebuild)."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 # -- operating on what was refused -------------------------------------------------------------

@@ -9,9 +9,18 @@ from .audit_record_v1 import AuditRecordV1
 from .audit_record_request_v1 import AuditRecordRequestV1
 from .cache_lookup_request_v1 import CacheLookupRequestV1
 from .cache_lookup_result_v1 import CacheLookupResultV1
+from .cancellation_requested_v1 import CancellationRequestedV1
 from .catalogue_entry_v1 import CatalogueEntryV1
 from .catalogue_publish_request_v1 import CataloguePublishRequestV1
 from .envelope_v1 import EnvelopeV1
+from .etsy_create_listing_request_v1 import EtsyCreateListingRequestV1
+from .etsy_listing_limits_v1 import EtsyListingLimitsV1
+from .etsy_shop_listing_v1 import EtsyShopListingV1
+from .marketplace_listing_draft_v1 import MarketplaceListingDraftV1
+from .marketplace_listing_preparation_request_v1 import MarketplaceListingPreparationRequestV1
+from .marketplace_listing_publication_v1 import MarketplaceListingPublicationV1
+from .marketplace_publish_context_v1 import MarketplacePublishContextV1
+from .marketplace_publish_listing_request_v1 import MarketplacePublishListingRequestV1
 from .metadata_extraction_request_v1 import MetadataExtractionRequestV1
 from .model_ingest_context_v1 import ModelIngestContextV1
 from .outcome_v1 import OutcomeV1
@@ -35,9 +44,18 @@ MODELS: dict[tuple[str, int], type[BaseModel]] = {
     ('audit-record-request', 1): AuditRecordRequestV1,
     ('cache-lookup-request', 1): CacheLookupRequestV1,
     ('cache-lookup-result', 1): CacheLookupResultV1,
+    ('cancellation-requested', 1): CancellationRequestedV1,
     ('catalogue-entry', 1): CatalogueEntryV1,
     ('catalogue-publish-request', 1): CataloguePublishRequestV1,
     ('envelope', 1): EnvelopeV1,
+    ('etsy-create-listing-request', 1): EtsyCreateListingRequestV1,
+    ('etsy-listing-limits', 1): EtsyListingLimitsV1,
+    ('etsy-shop-listing', 1): EtsyShopListingV1,
+    ('marketplace-listing-draft', 1): MarketplaceListingDraftV1,
+    ('marketplace-listing-preparation-request', 1): MarketplaceListingPreparationRequestV1,
+    ('marketplace-listing-publication', 1): MarketplaceListingPublicationV1,
+    ('marketplace-publish-context', 1): MarketplacePublishContextV1,
+    ('marketplace-publish-listing-request', 1): MarketplacePublishListingRequestV1,
     ('metadata-extraction-request', 1): MetadataExtractionRequestV1,
     ('model-ingest-context', 1): ModelIngestContextV1,
     ('outcome', 1): OutcomeV1,
@@ -62,10 +80,19 @@ __all__ = [
     "AuditRecordV1",
     "CacheLookupRequestV1",
     "CacheLookupResultV1",
+    "CancellationRequestedV1",
     "CatalogueEntryV1",
     "CataloguePublishRequestV1",
     "EnvelopeV1",
+    "EtsyCreateListingRequestV1",
+    "EtsyListingLimitsV1",
+    "EtsyShopListingV1",
     "MODELS",
+    "MarketplaceListingDraftV1",
+    "MarketplaceListingPreparationRequestV1",
+    "MarketplaceListingPublicationV1",
+    "MarketplacePublishContextV1",
+    "MarketplacePublishListingRequestV1",
     "MetadataExtractionRequestV1",
     "ModelIngestContextV1",
     "OutcomeBatchV1",

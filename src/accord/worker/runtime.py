@@ -3,6 +3,8 @@
 One job, in order::
 
     read + validate (wire.read_job)     poison → <queue>.quarantine; invalid → terminal failure
+                                        (a payloadRef is checked out of ``claims`` and verified:
+                                        a mismatch is the terminal "corrupt-payload")
     attempt still current?              superseded → acknowledged unanswered, never run
     acceptance record (AcceptanceLog)   already accepted → re-announce, never a second run
     take a task slot                    ``slots`` handlers at once
@@ -70,6 +72,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from accord.adapters.telemetry.metrics import worker_metrics
+from accord.adapters.telemetry.otel import worker_span
 from accord.contracts.catalog import Catalog
 from accord.contracts.sealing import Keyring
 from accord.engine.ports import Delivery, Transport
@@ -77,6 +81,7 @@ from accord.engine.runtime.intake import OUTCOMES_QUEUE
 from accord.engine.runtime.outbox import control_queue
 from accord.engine.runtime.wire import outcome_message_id
 from accord.errors import StageFailed
+from accord.objects.ports import ObjectStore
 from accord.worker import wire
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.batching import OutcomeBatcher
@@ -116,17 +121,20 @@ class Runtime:
         answer_s: float = ANSWER_S,
         sealing: Keyring | None = None,
         current: Current | None = None,
+        claims: ObjectStore | None = None,
     ) -> None:
         if answer_s <= 0:
             raise ValueError("answer_s must be > 0")
         self._answer_s = answer_s
         self.worker, self.transport, self.catalog = worker, transport, catalog
         self.sealing = sealing  # opens sealed requests and seals sensitive result fields
+        self.claims = claims  # where payloadRef jobs are checked out (accord.objects.claims)
         self.acceptance = acceptance or AcceptanceLog()
         self.worker_id = worker_id or f"{worker.name}-{secrets.token_hex(3)}"
         self._announce, self._ttl = announce, announce_ttl_ms
         self._heartbeat_ms = heartbeat_ms
         self._observe = observe
+        self._metrics = worker_metrics()  # None unless OTEL_* names an OTLP endpoint
         # outcomes ready at once (several jobs' answers, heartbeats) leave as one message
         self.outcomes = OutcomeBatcher(transport, outcomes_queue)
         self._max_crashes, self._drain_s = max_crashes, drain_s
@@ -236,22 +244,32 @@ class Runtime:
 
     async def serve(self, delivery: Delivery, binding: Binding) -> None:
         try:
-            job, payload = wire.read_job(
-                delivery.body, self.catalog, self._contract(binding, "request"), self.sealing
-            )
+            request = self._contract(binding, "request")
+            if self.claims is not None and b'"payloadRef"' in delivery.body:
+                job, payload = await asyncio.to_thread(  # object I/O: off the event loop
+                    wire.read_job, delivery.body, self.catalog, request, self.sealing, self.claims
+                )
+            else:
+                job, payload = wire.read_job(delivery.body, self.catalog, request, self.sealing)
         except Poison as exc:
+            if self._metrics is not None:
+                self._metrics.quarantined(binding.capability)
             await self._quarantine(delivery, str(exc))
             return
         except Refused as exc:
+            if self._metrics is not None:
+                self._metrics.rejected(binding.capability)
             if await self._superseded(exc.job, delivery):
                 return
             prior = self._claim(exc.job)
             if prior is not None:
                 await self._answer_again(exc.job, prior.outcome, delivery)
             elif await self._accept(exc.job, delivery):
-                refused = failure(exc.code, exc.message, retryable=False)
+                refused = failure(exc.code, exc.message, retryable=exc.retryable)
                 await self._finish(exc.job, self._outcome(exc.job, *refused), delivery)
             return
+        if self._metrics is not None:
+            self._metrics.received(job.envelope, binding.capability)
         if (job.stage, job.fence) in self.cancelled:  # known before waiting for a slot
             await self._superseded(job, delivery)
             return
@@ -264,6 +282,8 @@ class Runtime:
             if prior is None:
                 if not await self._accept(job, delivery):
                     return
+                if self._metrics is not None:
+                    self._metrics.accepted(job.envelope, binding.capability)
                 answer = await self._execute(job, payload, binding)
         if prior is not None:  # answered again outside the slot: it may wait for the broker
             await self._answer_again(job, prior.outcome, delivery)
@@ -354,7 +374,8 @@ class Runtime:
         )
         self.stats["handler_runs"] += 1
         try:
-            result = await self._call(binding, payload, ctx)
+            with worker_span(job.envelope, binding.capability):  # a no-op unless OTEL_* is set
+                result = await self._call(binding, payload, ctx)
             final = wire.check_result(
                 self.catalog, self._contract(binding, "result"), result, self.sealing
             )

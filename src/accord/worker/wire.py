@@ -7,8 +7,9 @@ A job is read in a fixed order, each step refusing rather than repairing:
 1. size: bodies above the envelope contract's byte limit are refused before decoding;
 2. identity: ``runId``, ``stage``, ``attempt`` and ``fence`` must be present and typed — without
    them no outcome can name the attempt, so the job is *poison* (quarantined, never answered);
-3. envelope contract (``envelope@1``) and then the capability's request contract, defaults applied
-   only where a field is missing. A failure here is answered as a terminal ``invalid-request``.
+3. envelope contract (``envelope@1``) and then the capability's request contract, which the
+   job's ``messageType@contractVersion`` must name, defaults applied only where a field is
+   missing. A failure here is answered as a terminal ``invalid-request``.
    Sealed fields (:mod:`accord.contracts.sealing`) are opened first, with the worker's keyring,
    so the contract checks, and the handler sees, the clear value; a result leaves with the
    fields its contract marks sensitive sealed again (:func:`check_result`), and every outcome
@@ -30,6 +31,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError as ModelError
+
 from accord.contracts.catalog import Catalog
 from accord.contracts.model import MessageContract
 from accord.contracts.redact import scrub, scrub_pattern
@@ -45,7 +48,10 @@ from accord.engine.runtime.wire import (
     quarantine_queue,
     quarantine_record,
 )
-from accord.errors import FieldViolation
+from accord.errors import FieldViolation, StageFailed
+from accord.generated.cancellation_requested_v1 import CancellationRequestedV1
+from accord.objects.claims import check_out
+from accord.objects.ports import ObjectStore
 
 __all__ = [
     "Announcer",
@@ -88,9 +94,10 @@ class Job:
 class Refused(Exception):
     """The job names its attempt but breaks a contract; answered as a terminal failure."""
 
-    def __init__(self, job: Job, code: str, message: str) -> None:
+    def __init__(self, job: Job, code: str, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.job, self.code, self.message = job, code, message
+        self.retryable = retryable  # only an object store that did not answer a claim check
 
 
 def violations_text(violations: tuple[FieldViolation, ...]) -> str:
@@ -102,10 +109,16 @@ def read_job(
     catalog: Catalog | None,
     request_ref: str | None,
     keyring: Keyring | None = None,
+    claims: ObjectStore | None = None,
 ) -> tuple[Job, dict[str, Any]]:
     """The job and its validated payload, sealed fields opened with ``keyring``; raises
     :class:`Poison` or :class:`Refused` (``unsealable-request`` for a sealed field that cannot
-    be opened: no key, a key the ring lacks, or an altered token)."""
+    be opened: no key, a key the ring lacks, or an altered token).
+
+    A ``payloadRef`` job is checked out of ``claims`` and verified
+    (:func:`accord.objects.claims.check_out`): a mismatch is ``corrupt-payload``, a key that is
+    not the tenant's claim ``storage-ref-denied``, both terminal; with no ``claims`` store it is
+    ``payload-ref-unsupported``. Blocking object I/O: call this off the event loop then."""
     envelope_contract = catalog.message("envelope@1") if catalog else None
     limit = (envelope_contract.max_bytes if envelope_contract else None) or DEFAULT_MAX_BYTES
     if len(body) > limit:
@@ -121,6 +134,21 @@ def read_job(
         checked = Validator.for_contract(envelope_contract).validate(doc)
         if not checked.ok:
             raise Refused(job, "invalid-envelope", violations_text(checked.violations))
+    if "payloadRef" in doc:
+        if claims is None:
+            raise Refused(
+                job, "payload-ref-unsupported",
+                "payloadRef: the payload was checked in to an object store and this worker has "
+                "none for claims (--claims URL)",
+            )  # fmt: skip
+        if not isinstance(doc.get("tenant"), str):
+            raise Refused(job, "invalid-envelope", "tenant: a payloadRef job must name its tenant")
+        try:
+            doc = check_out(doc, claims)
+        except StageFailed as exc:
+            raise Refused(
+                job, exc.failure_code, f"payloadRef: {exc.reason}", retryable=exc.retryable
+            ) from None
     payload = doc.get("payload")
     if not isinstance(payload, dict):
         raise Refused(job, "invalid-request", "payload: must be an object")
@@ -135,27 +163,39 @@ def read_job(
     request = catalog.message(request_ref) if catalog and request_ref else None
     if request is None:
         return job, dict(payload)
+    named = f"{doc.get('messageType')}@{doc.get('contractVersion')}"
+    if named != str(request.ref):
+        raise Refused(
+            job, "invalid-request", f"the job names {named}; this worker takes {request.ref}"
+        )
     checked = Validator.for_contract(request).validate(payload)
     if not checked.ok:
         raise Refused(job, "invalid-request", violations_text(checked.violations))
     return job, dict(checked.value)
 
 
-CONTROL_MAX_BYTES = 65_536  # a cancellation request is a few fields
+CONTROL_MAX_BYTES = 65_536  # cancellation-requested@1's limit
 
 
 def read_control(body: bytes) -> tuple[str, str]:
-    """``(fence, stage)`` of a cancellation request; raises :class:`Poison` with the reason
-    (whatever the body: too large, not JSON, nested too deeply, not a request)."""
+    """``(fence, stage)`` of a ``cancellation-requested@1`` message, read through its generated
+    binding (a request written before the contract, with ``job_id`` for ``jobId``, is read the
+    same way); raises :class:`Poison` with the reason, whatever the body: too large, not JSON,
+    nested too deeply, not a request."""
     try:
         doc = decode_json(body, max_bytes=CONTROL_MAX_BYTES)
     except UndecodableJson as exc:
         raise Poison(f"control message: {exc}") from None
-    fence = doc.get("fence") if isinstance(doc, dict) else None
-    stage = doc.get("stage") if isinstance(doc, dict) else None
-    if not isinstance(fence, str | int) or isinstance(fence, bool) or not isinstance(stage, str):
-        raise Poison("control message does not name a fence and a stage")
-    return str(fence), stage
+    if isinstance(doc, dict) and "job_id" in doc and "jobId" not in doc:
+        doc = {("jobId" if k == "job_id" else k): v for k, v in doc.items()}
+    try:
+        request = CancellationRequestedV1.model_validate(doc)
+    except ModelError as exc:
+        where = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '$'}: {e['msg']}" for e in exc.errors()[:3]
+        )
+        raise Poison(f"not a valid cancellation-requested@1 message: {where}") from None
+    return request.fence, request.stage
 
 
 def _identity(doc: Mapping[str, Any]) -> Job:
@@ -199,7 +239,6 @@ def outcome(
     seq: int = 0,
     worker_id: str | None = None,
     producer: str | None = None,
-    **extra: Any,
 ) -> tuple[str, bytes]:
     """``(message id, body)`` of an ``outcome@1`` envelope answering ``job``: caused by the
     job's message, its payload within the contract ``kind`` selects (a ``succeeded`` payload at
@@ -213,13 +252,22 @@ def outcome(
         message_id, kind, run_id=job.run_id, stage=job.stage, attempt=job.attempt,
         fence=job.fence, tenant=job.envelope.get("tenant", ""), payload=payload,
         worker_id=worker_id, causation_id=job.message_id, producer=producer,
-        contract_version=_result_version(job) if kind == "succeeded" else 1, **extra,
+        contract_version=_result_version(job) if kind == "succeeded" else 1,
     )  # fmt: skip
     return message_id, body
 
 
+FAILURE_CODE_CHARS, FAILURE_MESSAGE_CHARS = 512, 2000  # stage-failed@1's bounds
+
+
 def failure(code: str, message: str, *, retryable: bool) -> tuple[str, dict[str, Any]]:
-    return "failed", {"code": code, "message": message[:2000], "retryable": retryable}
+    """A ``failed`` outcome's kind and payload within ``stage-failed@1`` (a code held to its
+    bounds, ``failed`` for none; the message cut to its limit)."""
+    return "failed", {
+        "code": code[:FAILURE_CODE_CHARS] or "failed",
+        "message": message[:FAILURE_MESSAGE_CHARS],
+        "retryable": retryable,
+    }
 
 
 def quarantine(

@@ -12,15 +12,15 @@ whole-graph checks, the fork/join topology among them, are here.
 Forks: each branch is the set of stages reachable from its entry without passing a join. A
 branch may hold tasks and decisions; it must reach only its fork's join or a terminal, and no
 stage of it may be entered from outside it. Every branch of a fork must end in the same join, and
-that join's ``required`` must be exactly the fork's branch set. **Nested forks are refused**
-(``graph-nested-fork``): a branch is a straight or branching chain of work, and one level of
-fan-out keeps cancellation, fencing and the budget analysis simple; nest by running a second
-workflow instead.
+that join's ``required`` must be exactly the fork's branch set. **Forks nest**: a fork on a
+branch is matched to its own join first (innermost first), and then counts, with its join, as one
+step of the enclosing branch; its branches belong to it (their stages' ``fork`` is the inner
+fork, the inner fork's and join's ``fork`` and ``branch`` are the enclosing ones).
 
 Codes: ``graph-duplicate-stage``, ``graph-terminal-name``, ``graph-unknown-entry``,
 ``graph-unknown-target``, ``graph-undeclared-terminal``, ``graph-duplicate-reference``,
 ``graph-decision-fallback-missing``, ``graph-decision-fallback-not-last``, ``graph-cycle``,
-``graph-unreachable``, ``graph-nested-fork``, ``graph-branch-escape``, ``graph-fork-without-join``,
+``graph-unreachable``, ``graph-branch-escape``, ``graph-fork-without-join``,
 ``graph-fork-multiple-joins``, ``graph-join-without-fork``, ``graph-join-required-mismatch``.
 """
 
@@ -131,35 +131,14 @@ def _duplicates(owner: StageDef | Definition, names: tuple[str, ...], key: str) 
 def _forks(g: Graph) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     fed: set[str] = set()  # joins some fork's branches reach
-    forks = [s for s in g.stages.values() if isinstance(s, ForkDef)]
-    nested = [_nested(g, f) for f in forks]
-    if any(nested):
-        return [d for found in nested for d in found]
-    for fork in forks:
-        joins = _branches(g, fork, out)
-        fed |= set(joins)
-        if not joins:
-            out.append(fork.diag("graph-fork-without-join", "no branch reaches a join", "branches"))
-            continue
-        if len(joins) > 1:
-            message = f"branches end in different joins {joins}; all must reach one join"
-            out.append(fork.diag("graph-fork-multiple-joins", message, "branches"))
-            continue
-        join = g.stages[joins[0]]
-        assert isinstance(join, JoinDef)
-        if join.name in g.join_fork:
-            message = (
-                f"join {join.name!r} is fed by forks {g.join_fork[join.name]!r} and {fork.name!r}"
-            )
-            out.append(join.diag("graph-branch-escape", message, None))
-            continue
-        g.fork_join[fork.name], g.join_fork[join.name] = join.name, fork.name
-        if set(join.required) != set(fork.branches):
-            message = (
-                f"required {list(join.required)} must equal the branches of fork "
-                f"{fork.name!r} {list(fork.branches)}"
-            )
-            out.append(join.diag("graph-join-required-mismatch", message, "required"))
+    pending = [s for s in g.stages.values() if isinstance(s, ForkDef)]
+    while pending:  # innermost first: a fork waits until every fork inside its branches is matched
+        ready = [f for f in pending if not _holds_unmatched(g, f, pending)]
+        if not ready:  # only a cycle could do this, and layer 2 refused cycles already
+            break
+        for fork in ready:
+            pending.remove(fork)
+            fed |= _match(g, fork, out)
     out += _escapes(g)
     for join in (s for s in g.stages.values() if isinstance(s, JoinDef)):
         if join.name not in fed:
@@ -168,33 +147,58 @@ def _forks(g: Graph) -> list[Diagnostic]:
     return out
 
 
+def _holds_unmatched(g: Graph, fork: ForkDef, pending: list[ForkDef]) -> bool:
+    names = {f.name for f in pending} - {fork.name}
+    return any(node in names for entry in fork.branches for node in _walk(g, entry))
+
+
+def _match(g: Graph, fork: ForkDef, out: list[Diagnostic]) -> set[str]:
+    """Match ``fork`` to the one join its branches reach; return the joins they reach."""
+    joins = _branches(g, fork, out)
+    if not joins:
+        out.append(fork.diag("graph-fork-without-join", "no branch reaches a join", "branches"))
+        return set()
+    if len(joins) > 1:
+        message = f"branches end in different joins {joins}; all must reach one join"
+        out.append(fork.diag("graph-fork-multiple-joins", message, "branches"))
+        return set(joins)
+    join = g.stages[joins[0]]
+    assert isinstance(join, JoinDef)
+    if join.name in g.join_fork:
+        message = f"join {join.name!r} is fed by forks {g.join_fork[join.name]!r} and {fork.name!r}"
+        out.append(join.diag("graph-branch-escape", message, None))
+        return set(joins)
+    g.fork_join[fork.name], g.join_fork[join.name] = join.name, fork.name
+    if set(join.required) != set(fork.branches):
+        message = (
+            f"required {list(join.required)} must equal the branches of fork "
+            f"{fork.name!r} {list(fork.branches)}"
+        )
+        out.append(join.diag("graph-join-required-mismatch", message, "required"))
+    return set(joins)
+
+
 def _walk(g: Graph, entry: str) -> list[str]:
-    """Stages reachable from ``entry`` without passing a join (the branch), in BFS order."""
+    """Stages reachable from ``entry`` without passing an unmatched join (the branch), in BFS
+    order. A fork already matched to its join (a nested fork) counts as one step to that join:
+    its own branches belong to it, not to this branch."""
     seen, order, todo = {entry}, [], deque([entry])
     while todo:
         node = todo.popleft()
         order.append(node)
-        if isinstance(g.stages[node], ForkDef) and node != entry:
-            continue
-        for nxt in g.successors(node):
-            if nxt not in seen and not isinstance(g.stages[nxt], JoinDef):
+        stage = g.stages[node]
+        if isinstance(stage, ForkDef):
+            if node not in g.fork_join:
+                continue  # not matched yet: the caller waits for it
+            successors = [g.fork_join[node]]
+        else:
+            successors = list(g.successors(node))
+        for nxt in successors:
+            unmatched_join = isinstance(g.stages[nxt], JoinDef) and nxt not in g.join_fork
+            if nxt not in seen and not unmatched_join:
                 seen.add(nxt)
                 todo.append(nxt)
     return order
-
-
-def _nested(g: Graph, fork: ForkDef) -> list[Diagnostic]:
-    out: list[Diagnostic] = []
-    for entry in fork.branches:
-        for node in _walk(g, entry):
-            inner = g.stages[node]
-            if isinstance(inner, ForkDef):
-                message = (
-                    f"fork {node!r} is inside branch {entry!r} of fork {fork.name!r}; "
-                    "nested forks are not supported (run a child workflow instead)"
-                )
-                out.append(inner.diag("graph-nested-fork", message, "type"))
-    return out
 
 
 def _branches(g: Graph, fork: ForkDef, out: list[Diagnostic]) -> list[str]:
@@ -209,7 +213,13 @@ def _branches(g: Graph, fork: ForkDef, out: list[Diagnostic]) -> list[str]:
                 out.append(stage.diag("graph-branch-escape", message, None))
                 continue
             g.member[node] = (fork.name, entry)
-            joins |= {n: None for n in g.successors(node) if isinstance(g.stages[n], JoinDef)}
+            if isinstance(stage, ForkDef):
+                continue  # a nested fork's branches end in its own join
+            joins |= {
+                n: None
+                for n in g.successors(node)
+                if isinstance(g.stages[n], JoinDef) and n not in g.join_fork
+            }
     return list(joins)
 
 
@@ -218,20 +228,23 @@ def _escapes(g: Graph) -> list[Diagnostic]:
     a join only from its fork's branches."""
     out: list[Diagnostic] = []
     for name, stage in g.stages.items():
-        if name in g.member:
-            fork, entry = g.member[name]
-            allowed = {(fork, entry)}
-            where = f"branch {entry!r} of fork {fork!r}"
-        elif name in g.join_fork:
+        allowed: set[tuple[str, str]] = set()
+        entered_by = ""  # the fork that may enter the stage directly (a branch entry)
+        if name in g.join_fork:  # a join, entered from its fork's branches
             fork = g.join_fork[name]
             fork_stage = g.stages[fork]
             assert isinstance(fork_stage, ForkDef)
             allowed = {(fork, b) for b in fork_stage.branches}
             where = f"the branches of fork {fork!r}"
+        elif name in g.member:
+            fork, entry = g.member[name]
+            allowed = {(fork, entry)}
+            where = f"branch {entry!r} of fork {fork!r}"
+            entered_by = fork if name == entry else ""
         else:
             continue
         for e in g.into[name]:
-            if g.member.get(e.source) in allowed or e.source == g.member.get(name, ("",))[0]:
+            if g.member.get(e.source) in allowed or e.source == entered_by:
                 continue
             message = (
                 f"stage {name!r} belongs to {where} but is also entered from {e.source!r}; "

@@ -20,6 +20,7 @@ from accord.errors import Diagnostic
 from accord.workflow import limits
 from accord.workflow.dsl import Definition, Node
 from accord.workflow.kinds import TYPES, AnyStage, kind_for_type
+from accord.workflow.kinds.task import read_actions, read_evidence
 from accord.workflow.plan import TerminalPolicy
 from accord.workflow.schema_fields import SchemaReader
 
@@ -39,10 +40,12 @@ _TOP_KEYS = {
     "status",
     "review_date",
     "promotion_criteria",
+    "evidence",
 }
 # The policies the engine implements; anything else is a typo, refused rather than ignored.
 _POLICY_VALUES = {
-    "fork_branch_failure": ("request-cancellation-and-fence",),
+    # fail-run: a branch arriving at its join in an unaccepted state fails the whole run
+    "fork_branch_failure": ("request-cancellation-and-fence", "fail-run"),
     "late_callbacks": ("reject-and-record",),
     "finalisers": ("declared-order",),
 }
@@ -81,6 +84,7 @@ def check_schema(root: Node) -> tuple[Definition | None, list[Diagnostic]]:
             r.error_at(
                 "schema-enum", f"terminal {t!r} is not one of {limits.TERMINALS}", root, "terminals"
             )
+    finalisers, finaliser_policies = read_actions(r, root, "finalisers")
     definition = Definition(
         name=r.name(root, "name", ""),
         version=r.text(root, "version", ""),
@@ -89,7 +93,9 @@ def check_schema(root: Node) -> tuple[Definition | None, list[Diagnostic]]:
         terminals=terminals,
         node=root,
         terminal_policy=policy,
-        finalisers=r.capability_refs(root, "finalisers"),
+        finalisers=finalisers,
+        finaliser_policies=finaliser_policies,
+        evidence=read_evidence(r, root, ""),
         deadline_ms=r.integer(root, "deadline_ms", "", (1, limits.MAX_DEADLINE_MS), None),
         context=r.optional_ref(root, "context", ""),
         owner=r.text(root, "owner", "", default=None),

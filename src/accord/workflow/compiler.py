@@ -21,7 +21,7 @@ the text. Pure: the caller reads files and supplies the catalog.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from accord.errors import Diagnostic, PlanError
@@ -36,6 +36,7 @@ from accord.workflow.graph import Graph
 from accord.workflow.kinds import AnyStage, Stage, kind_of
 from accord.workflow.kinds.base import Placement
 from accord.workflow.plan import TERMINALS, Plan
+from accord.workflow.triggers import Budgets, Trigger, check_intake
 
 __all__ = ["CompileResult", "ContractCatalogLike", "compile_definition", "compile_workflow"]
 
@@ -84,7 +85,8 @@ def compile_definition(
 def _compile(
     root: Node, filename: str, catalog: ContractCatalogLike, diags: list[Diagnostic]
 ) -> CompileResult:
-    definition, found = check_schema(root)
+    intake = check_intake(root, catalog, filename)  # triggers and budgets (docs/triggers.md)
+    definition, found = check_schema(_without(root, ("triggers", "budgets")))
     diags += found
     if definition is None:
         return CompileResult(None, tuple(diags))
@@ -96,9 +98,19 @@ def _compile(
     diags += found
     diags += check_budget(definition, graph)
     diags += check_planned(definition, resolved.capabilities)
+    diags += intake[3]
     if any(d.severity == "error" for d in diags):
         return CompileResult(None, tuple(diags))
-    return CompileResult(_plan(definition, graph, resolved, filename), tuple(diags))
+    resolved.contracts.update(intake[2])
+    plan = _plan(definition, graph, resolved, filename, triggers=intake[0], budgets=intake[1])
+    return CompileResult(plan, tuple(diags))
+
+
+def _without(root: Node, keys: tuple[str, ...]) -> Node:
+    """``root`` without the top-level ``keys`` the intake layer reads itself."""
+    if root.kind != "map":
+        return root
+    return replace(root, entries=tuple(e for e in root.entries if e[0] not in keys))
 
 
 def _stage(s: AnyStage, g: Graph, r: Resolved) -> Stage:
@@ -109,7 +121,15 @@ def _stage(s: AnyStage, g: Graph, r: Resolved) -> Stage:
     return stage
 
 
-def _plan(d: Definition, g: Graph, r: Resolved, filename: str) -> Plan:
+def _plan(
+    d: Definition,
+    g: Graph,
+    r: Resolved,
+    filename: str,
+    *,
+    triggers: tuple[Trigger, ...] = (),
+    budgets: Budgets | None = None,
+) -> Plan:
     return Plan.create(
         name=d.name,
         version=d.version,
@@ -118,6 +138,8 @@ def _plan(d: Definition, g: Graph, r: Resolved, filename: str) -> Plan:
         terminals=tuple(t for t in TERMINALS if t in d.terminals),
         terminal_policy=d.terminal_policy,
         finalisers=tuple(r.finalisers),
+        finaliser_policies=d.finaliser_policies if any(d.finaliser_policies) else (),
+        evidence=d.evidence,
         deadline_ms=d.deadline_ms,
         context_contract=d.context,
         owner=d.owner,
@@ -126,4 +148,6 @@ def _plan(d: Definition, g: Graph, r: Resolved, filename: str) -> Plan:
         source=filename,
         review_date=d.review_date,
         promotion_criteria=d.promotion_criteria,
+        triggers=triggers,
+        budgets=budgets,
     )

@@ -24,6 +24,7 @@ from accord.contracts.yamlsource import Node, compose, location_of
 from accord.errors import Diagnostic, Location
 from accord.workflow.kinds import AnyStage, DecisionDef, ForkDef, JoinDef, TaskDef
 from accord.workflow.kinds.base import StageDef
+from accord.workflow.kinds.task import ActionPolicy
 from accord.workflow.plan import TerminalPolicy
 
 __all__ = [
@@ -71,6 +72,8 @@ class Definition:
     node: Node = field(compare=False, repr=False)
     terminal_policy: TerminalPolicy = field(default_factory=TerminalPolicy)
     finalisers: tuple[str, ...] = ()
+    finaliser_policies: tuple[ActionPolicy | None, ...] = ()  # one per finaliser
+    evidence: tuple[str, ...] = ()  # result fields a completed run must carry
     deadline_ms: int | None = None
     context: str | None = None
     owner: str | None = None

@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from accord.canonical import canonical_json, digest_of
 from accord.workflow.kinds import (
+    ApprovalStage,
+    Approvers,
     DecisionBranch,
     DecisionStage,
     ForkStage,
@@ -30,6 +32,15 @@ from accord.workflow.kinds import (
     TaskStage,
     kind_for_type,
     kind_of,
+)
+from accord.workflow.kinds.task import ActionPolicy, policy_from_json, policy_to_json
+from accord.workflow.triggers import (
+    Budgets,
+    Trigger,
+    budgets_from_json,
+    budgets_to_json,
+    trigger_from_json,
+    trigger_to_json,
 )
 from accord.workflow.values import (
     DSL_VERSION,
@@ -47,6 +58,9 @@ from accord.workflow.values import (
 __all__ = [
     "DSL_VERSION",
     "TERMINALS",
+    "ActionPolicy",
+    "ApprovalStage",
+    "Approvers",
     "Binding",
     "CachePolicy",
     "CapabilityPin",
@@ -95,6 +109,14 @@ class Plan:
     _index: Mapping[str, Stage] = field(default_factory=dict, compare=False, repr=False)
     review_date: str | None = None  # planned definitions only (digested when set)
     promotion_criteria: str | None = None  # planned definitions only (digested when set)
+    triggers: tuple[Trigger, ...] = ()  # what may start runs (digested when any)
+    # one per finaliser, ``None`` for one written as a bare reference (digested when any is set)
+    finaliser_policies: tuple[ActionPolicy | None, ...] = ()
+    evidence: tuple[str, ...] = ()  # result fields a completed run must carry (digested when any)
+    budgets: Budgets | None = None  # admission limits (digested when declared)
+
+    def trigger(self, name: str) -> Trigger | None:
+        return next((t for t in self.triggers if t.name == name), None)
 
     @classmethod
     def create(cls, **kwargs: Any) -> Plan:
@@ -108,6 +130,11 @@ class Plan:
 
     def stage(self, name: str) -> Stage:
         return self._index[name]
+
+    def finaliser_policy(self, index: int) -> ActionPolicy | None:
+        """Finaliser ``index``'s own retry policy and clocks, when it was given them."""
+        policies = self.finaliser_policies
+        return policies[index] if index < len(policies) else None
 
     def has_stage(self, name: str) -> bool:
         return name in self._index
@@ -185,6 +212,14 @@ def _plan_to_json(plan: Plan, with_lines: bool) -> dict[str, Any]:
         doc["review_date"] = plan.review_date
     if plan.promotion_criteria is not None:
         doc["promotion_criteria"] = plan.promotion_criteria
+    if plan.evidence:
+        doc["evidence"] = list(plan.evidence)
+    if any(plan.finaliser_policies):
+        doc["finaliser_policies"] = [policy_to_json(p) for p in plan.finaliser_policies]
+    if plan.triggers:
+        doc["triggers"] = [trigger_to_json(t, with_lines) for t in plan.triggers]
+    if plan.budgets is not None:
+        doc["budgets"] = budgets_to_json(plan.budgets)
     if with_lines:
         doc["source"] = plan.source
     return doc
@@ -216,4 +251,8 @@ def _plan_from_json(doc: Mapping[str, Any]) -> Plan:
         source=doc.get("source", ""),
         review_date=doc.get("review_date"),
         promotion_criteria=doc.get("promotion_criteria"),
+        triggers=tuple(trigger_from_json(t) for t in doc.get("triggers", ())),
+        finaliser_policies=tuple(policy_from_json(p) for p in doc.get("finaliser_policies", ())),
+        evidence=tuple(doc.get("evidence", ())),
+        budgets=budgets_from_json(doc["budgets"]) if "budgets" in doc else None,
     )

@@ -50,7 +50,9 @@ def assert_i1_terminal(run: RunState) -> None:
     """I1 after a drain: the run reached exactly one terminal state and nothing is live."""
     assert run.terminal, f"run is {run.status} (intent {run.intent})"
     live = [
-        n for n, s in run.stages.items() if s.status in ("queued", "running", "retry-scheduled")
+        n
+        for n, s in run.stages.items()
+        if s.status in ("queued", "running", "retry-scheduled", "waiting")
     ]
     assert not live, f"terminal run still has live stages {live}"
 
@@ -123,6 +125,10 @@ def assert_i6_deadlines(plan: Plan, run: RunState, timers: Mapping[str, Schedule
             assert timer.due_at_ms == cur.deadline_at_ms and timer.fence == cur.fence
         if st.status == "retry-scheduled":
             assert (name, st.attempt, "retry") in armed, name
+        if st.status == "waiting":  # an approval gate: its timeout is armed, with its fence
+            gate = armed.get((name, st.attempt, "approval"))
+            assert gate is not None and gate.fence == st.fence, name
+            assert st.result is not None and gate.due_at_ms == st.result["due_at_ms"], name
     if run.intent is None and plan.deadline_ms is not None:
         assert ("", 0, "run") in armed
 

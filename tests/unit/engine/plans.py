@@ -10,6 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from accord.workflow.plan import (
+    ActionPolicy,
+    ApprovalStage,
+    Approvers,
     Binding,
     CapabilityPin,
     DecisionBranch,
@@ -23,7 +26,9 @@ from accord.workflow.plan import (
     Timeouts,
 )
 
-__all__ = ["ALL_PLANS", "MODEL_ID", "RetryPolicy", "make", "model_ingest", "pin", "task"]
+__all__ = [
+    "ALL_PLANS", "MODEL_ID", "RetryPolicy", "gate", "gated", "make", "model_ingest", "pin", "task",
+]  # fmt: skip
 
 MODEL_ID = Binding(
     source="context", path=("modelId",), expected_type="string", raw="${context.modelId}"
@@ -149,6 +154,25 @@ def saga() -> Plan:
     return make("saga", "reserve", stages, finalisers=finalisers)
 
 
+def saga_with_policies() -> Plan:
+    """The saga with a compensation and a finaliser under their own retry policy and clocks."""
+    policy = ActionPolicy(
+        retry=RetryPolicy(max_attempts=3, initial_backoff_ms=100, max_backoff_ms=400),
+        timeouts=Timeouts(execution_deadline_ms=5_000),
+    )
+    stages: tuple[Stage, ...] = (
+        task("reserve", "reserve@1", "charge", compensate=pin("unreserve@1", "action")),
+        task("charge", "charge@1", "ship", compensate=pin("refund@1", "action"),
+             compensate_policy=policy),
+        task("ship", "ship@1", "completed", retry=RetryPolicy(max_attempts=1)),
+    )  # fmt: skip
+    finalisers = (pin("audit@1", "action"), pin("notify@1", "action"))
+    return make(
+        "saga-policies", "reserve", stages, finalisers=finalisers,
+        finaliser_policies=(policy, None),
+    )  # fmt: skip
+
+
 def tolerant_fork() -> Plan:
     """A fork whose join accepts failed branches: a branch failure is an arrival, not an intent."""
     fork = "split"
@@ -211,11 +235,89 @@ def chained_binding() -> Plan:
     return make("chained", "first", stages)
 
 
+def gate(name: str, on_approve: str, **extra: Any) -> ApprovalStage:
+    """An approval gate: one operator of the run's tenant, not the requester, within a minute."""
+    values: dict[str, Any] = {
+        "approvers": Approvers(),
+        "options": ("approve", "reject"),
+        "on_approve": on_approve,
+        "on_reject": "failed",
+        "timeout_ms": 60_000,
+        "on_timeout": "failed",
+    }
+    values.update(extra)
+    return ApprovalStage(name=name, **values)
+
+
+def gated(**gate_extra: Any) -> Plan:
+    """a (worker) → review (approval) → b (action) → completed; a compensates."""
+    stages: tuple[Stage, ...] = (
+        task("a", "alpha@1", "review", compensate=pin("undo-alpha@1", "action")),
+        gate("review", "b", **gate_extra),
+        task("b", "beta@1", "completed", kind="action"),
+    )
+    return make("gated", "a", stages, finalisers=(pin("audit@1", "action"),))
+
+
+def gated_fork() -> Plan:
+    """A fork with an approval gate on one branch and a task on the other."""
+    fork = "split"
+    stages: tuple[Stage, ...] = (
+        ForkStage(name=fork, branches=("sign-off", "work"), join="merge"),
+        gate("sign-off", "merge", on_reject="merge", on_timeout="merge", fork=fork,
+             branch="sign-off"),
+        task("work", "work@1", "merge", fork=fork, branch="work"),
+        JoinStage(
+            name="merge",
+            fork=fork,
+            required=("sign-off", "work"),
+            acceptable_terminal_states=("completed",),
+            on_success="done",
+            on_failure="failed",
+        ),
+        task("done", "done@1", "completed", kind="action"),
+    )  # fmt: skip
+    return make("gated-fork", fork, stages)
+
+
+def nested_fork(**extra: object) -> Plan:
+    """outer: [inner-fork → (a1 | a2) → inner-join → after-inner, b] → outer-join → done.
+
+    The inner join accepts only completed branches and, failing, goes to ``recover`` (still on
+    the outer branch), so an inner failure stops only the inner fork."""
+    outer, inner = "outer", "inner-fork"
+    stages: tuple[Stage, ...] = (
+        ForkStage(name=outer, branches=(inner, "b"), join="outer-join"),
+        ForkStage(name=inner, branches=("a1", "a2"), join="inner-join", fork=outer,
+                  branch=inner),
+        task("a1", "a1@1", "inner-join", "inner-join", fork=inner, branch="a1",
+             retry=RetryPolicy(max_attempts=1)),
+        task("a2", "a2@1", "inner-join", "inner-join", fork=inner, branch="a2",
+             retry=RetryPolicy(max_attempts=1)),
+        JoinStage(name="inner-join", fork=inner, required=("a1", "a2"),
+                  acceptable_terminal_states=("completed",), on_success="after-inner",
+                  on_failure="recover", branch=inner),
+        task("after-inner", "after@1", "outer-join", fork=outer, branch=inner),
+        task("recover", "recover@1", "outer-join", fork=outer, branch=inner),
+        task("b", "b@1", "outer-join", "outer-join", fork=outer, branch="b",
+             retry=RetryPolicy(max_attempts=1)),
+        JoinStage(name="outer-join", fork=outer, required=(inner, "b"),
+                  acceptable_terminal_states=("completed",), on_success="done",
+                  on_failure="failed"),
+        task("done", "done@1", "completed", kind="action"),
+    )  # fmt: skip
+    return make("nested-fork", outer, stages, **extra)
+
+
 ALL_PLANS: dict[str, Callable[[], Plan]] = {
     "model-ingest": model_ingest,
     "linear": linear,
     "saga": saga,
+    "saga-policies": saga_with_policies,
     "tolerant-fork": tolerant_fork,
     "fallback": fallback,
     "chained": chained_binding,
+    "gated": gated,
+    "gated-fork": gated_fork,
+    "nested-fork": nested_fork,
 }

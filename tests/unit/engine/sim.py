@@ -19,6 +19,7 @@ from accord.engine.machine.effects import (
     ScheduleTimer,
 )
 from accord.engine.machine.events import (
+    ApprovalDecided,
     Event,
     HeartbeatReceived,
     PoisonReported,
@@ -100,7 +101,7 @@ class Sim:
     def _live_timers(self) -> dict[str, ScheduleTimer]:
         return self.timers
 
-    def start(self, **context: Any) -> Transition:
+    def start(self, requested_by: str = "key:requester", **context: Any) -> Transition:
         ctx = context or {"modelId": "m-1"}
         return self.apply(
             RunStarted(
@@ -109,6 +110,7 @@ class Sim:
                 workflow=self.plan.name,
                 plan_digest=self.plan.digest,
                 context=ctx,
+                requested_by=requested_by,
             )
         )
 
@@ -144,6 +146,33 @@ class Sim:
         return self._callback(
             PoisonReported(**self.ident(stage), reason="crash-loop", delivery_count=count)
         )
+
+    def decide(
+        self,
+        stage: str,
+        decision: str = "approve",
+        *,
+        by: str = "key:approver",
+        role: str = "operator",
+        tenants: tuple[str, ...] = ("acme",),
+        **more: Any,
+    ) -> Transition:
+        """A person's decision on gate ``stage`` (eligible by default)."""
+        return self.apply(
+            ApprovalDecided(
+                run_id=self.run_id,
+                stage=stage,
+                decision=decision,
+                by=by,
+                role=role,
+                tenants=tenants,
+                **more,
+            )
+        )
+
+    def waiting(self) -> list[str]:
+        """Approval gates waiting for a decision, in name order."""
+        return sorted(n for n, s in self.state.stages.items() if s.status == "waiting")
 
     def timer(self, kind: str, stage: str = "") -> ScheduleTimer:
         for t in reversed(self.all_timers):
@@ -181,6 +210,14 @@ class Sim:
             live = self.live()
             if live:
                 self.succeed(live[0], results.get(live[0]))
+                continue
+            gates = self.waiting()
+            if gates:
+                result = self.state.stages[gates[0]].result or {}
+                if self.now >= result["due_at_ms"]:  # too late to decide: the gate times out
+                    self.fire(self.timer("approval", gates[0]))
+                else:
+                    self.decide(gates[0], "approve", by=f"key:drain-{self._n}")
                 continue
             retries = [t for t in self.timers.values() if t.timer == "retry"]
             if not retries:

@@ -120,7 +120,7 @@ def test_rule_decision_takes_first_true_branch_without_dispatch() -> None:
     assert route.status == "completed" and route.result == {"next": "publish", "branch": 0}
     assert route.attempts == ()
     assert [e.envelope["stage"] for e in tr.effects if isinstance(e, InvokeAction)] == ["publish"]
-    assert sim.state.stages["render-thumbnail"].status == "pending"
+    assert sim.state.stages["render-thumbnail"].status == "skipped"  # the route bypassed it
 
 
 def test_rule_decision_evaluation_error_follows_on_evaluation_error() -> None:

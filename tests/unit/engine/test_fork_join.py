@@ -113,9 +113,10 @@ def test_join_with_unacceptable_branch_state_follows_on_failure() -> None:
     strict = plans.make("strict-fork", "split", stages)
     sim = Sim(strict)
     sim.start()
-    sim.poison("left")
-    sim.succeed("right")
+    sim.poison("left")  # the join can no longer succeed: its fork's other branch is stopped
     merge = sim.state.stages["merge"]
     assert merge.status == "failed" and merge.error is not None
-    assert merge.error["branches"] == {"left": "quarantined", "right": "completed"}
+    assert merge.error["branches"] == {"left": "quarantined", "right": "cancelled"}
+    assert sim.state.stages["right"].status == "cancelled"
+    assert not sim.succeed("right").accepted  # the fenced attempt's report changes nothing
     assert sim.state.intent == "failed" and "merge->failed" in sim.state.released

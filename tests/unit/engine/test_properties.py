@@ -18,17 +18,28 @@ from accord.engine.machine.events import (
     RedriveRequested,
     StageSucceeded,
 )
+from accord.engine.machine.migrate import replay_across
 from accord.engine.machine.state import RunState
 from accord.workflow.plan import Plan, RetryPolicy, Timeouts
 from tests.unit.engine import invariants as inv
 from tests.unit.engine import plans
+from tests.unit.engine.migration_plans import QUALITY, migrate, renamed, with_quality_check
 from tests.unit.engine.sim import Sim
 
 REDRIVABLE = ("failed", "timed-out", "quarantined", "cancelled")
 OPS = (
     "succeed", "succeed", "succeed", "fail", "accept", "heartbeat", "duplicate", "duplicate",
     "stale", "timer", "timer", "poison", "cancel", "redrive", "wait", "progress", "reload",
+    "approve", "reject", "decide",
 )  # fmt: skip
+# who decides a gate in "decide": eligible or not, by role, tenant and being the requester
+DECIDERS = (
+    ("key:approver", "operator", ("acme",)),
+    ("key:other", "admin", ("acme", "beta")),
+    ("key:requester", "admin", ("acme",)),
+    ("key:viewer", "viewer", ("acme",)),
+    ("key:outsider", "operator", ("beta",)),
+)
 
 
 def _heartbeat_linear() -> Plan:
@@ -74,6 +85,14 @@ def _step(sim: Sim, op: str, pick: int, flag: bool) -> None:
         failed = [n for n, s in sim.state.stages.items() if s.status in REDRIVABLE]
         names = sorted(failed if flag and failed else sim.state.stages)
         sim.apply(RedriveRequested(run_id=sim.run_id, stage=names[pick % len(names)]))
+    elif op in ("approve", "reject") and sim.waiting():
+        gates = sim.waiting()
+        sim.decide(gates[pick % len(gates)], op, by=f"key:p{pick % 3}")
+    elif op == "decide":
+        by, role, tenants = DECIDERS[pick % len(DECIDERS)]
+        gates = sorted(n for n, s in sim.plan._index.items() if s.type == "approval") or ["a"]
+        sim.decide(gates[pick % len(gates)], "approve" if flag else "reject", by=by, role=role,
+                   tenants=tenants)  # fmt: skip
     elif op == "wait":
         sim.now += pick * 7
     elif op == "reload":  # the shell crashed: the record comes back from the store as JSON
@@ -143,3 +162,53 @@ def test_failures_poison_and_redrives_keep_every_invariant(
     inv.assert_i12_replay(sim.plan, sim.history, run)
     redrives = [h for h in sim.history if h.accepted and h.event["kind"] == "redrive-requested"]
     event(f"re-drives accepted: {len(redrives)}")
+
+
+# plans with migrations: (from, to, explicit renames); the run moves to ``to`` at a random step
+# when the proof allows it (a refused move is recorded), and keeps every invariant either way
+_MI = plans.model_ingest()
+_GATED = plans.gated()
+MIGRATIONS: dict[str, tuple[Plan, Plan, dict[str, str]]] = {
+    "model-ingest+stage": (_MI, with_quality_check(_MI), {}),
+    "model-ingest+rename": (
+        _MI,
+        renamed(_MI, "render-thumbnail", "render"),
+        {"render-thumbnail": "render"},
+    ),
+    "model-ingest+unmapped-rename": (_MI, renamed(_MI, "technical-metadata", "tech"), {}),
+    "saga+rename": (plans.saga(), renamed(plans.saga(), "ship", "dispatch"), {"ship": "dispatch"}),
+    "gated+rename": (_GATED, renamed(_GATED, "a", "first"), {"a": "first"}),
+}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(MIGRATIONS)),
+    steps=moves,
+    at=st.integers(0, 50),
+    seed=st.integers(0, 2**16),
+)
+def test_random_streams_with_a_migration_keep_every_invariant_and_replay_exactly(
+    name: str, steps: list[tuple[str, int, bool]], at: int, seed: int
+) -> None:
+    old, new, renames = MIGRATIONS[name]
+    sim = Sim(old, seed=seed)
+    sim.start(modelId="m-1")
+    moved = False
+    when = at % (len(steps) + 1)  # the move is always tried, before any step or after the last
+    for i, (op, pick, flag) in enumerate([*steps, ("wait", 0, False)]):
+        if i == when:
+            tr = migrate(sim, new, renames)
+            moved = tr.history[0].accepted
+            event(f"migration: {tr.history[0].reason or 'accepted'}")
+        _step(sim, op, pick, flag)
+    both = {old.digest: old, new.digest: new}
+    stored = [json.loads(canonical_json(h.to_json())) for h in sim.history]
+    assert replay_across(both, stored) == sim.state
+    results = {"cache-lookup": {"hit": False}, "first": {"uri": "s3://m"}, QUALITY: {"score": 1}}
+    run = sim.drain(results=results, limit=200)
+    inv.assert_i1_terminal(run)
+    stored = [json.loads(canonical_json(h.to_json())) for h in sim.history]
+    assert replay_across(both, stored) == run
+    assert run.plan_digest == (new.digest if moved else old.digest)
+    event(f"ended {run.status} on {'new' if moved else 'old'}")

@@ -27,7 +27,7 @@ from tests.unit.engine.sim import Sim
 
 STAGE_STATUSES = {
     "pending", "queued", "running", "retry-scheduled", "completed", "failed", "timed-out",
-    "cancelled", "skipped", "quarantined",
+    "cancelled", "skipped", "quarantined", "waiting",
 }  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from accord.engine.machine.events import (
     StageSucceeded,
 )
 from accord.engine.runtime.wire import (
+    InvalidOutcome,
     MalformedOutcome,
     encode_batch,
     encode_outcome,
@@ -28,11 +29,10 @@ from accord.engine.runtime.wire import (
     outcome_id,
     parse_delivery,
     parse_outcome,
-    payload_violations,
 )
 from accord.testing.harness import EngineHarness
 from accord.testing.plans import model_ingest_shape
-from accord.worker.wire import Job, outcome
+from accord.worker.wire import Job, failure, outcome
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAN = model_ingest_shape(name="outcome-contract")
@@ -176,9 +176,63 @@ def test_intake_refuses_an_outcome_that_breaks_its_declared_contract() -> None:
     assert isinstance(parse_outcome(_legacy(body))[0], HeartbeatReceived)  # old format: read
 
 
-def test_a_payload_off_its_contract_is_counted_not_refused() -> None:
-    before = payload_violations["stage-heartbeat@1"]
-    _, body = outcome(JOB, "heartbeat", {"at": 1.0, "extra": True}, seq=1)
-    event, _ = parse_outcome(body)
-    assert isinstance(event, HeartbeatReceived)
-    assert payload_violations["stage-heartbeat@1"] == before + 1
+def test_intake_refuses_a_payload_that_breaks_the_contract_its_kind_selects() -> None:
+    _, body = outcome(JOB, "heartbeat", {"at": 1.0}, seq=1)
+    doc = json.loads(body)
+    for payload, field in (
+        ({"at": 1.0, "extra": True}, "payload.extra"),
+        ({"at": -1.0}, "payload.at"),
+        ({"at": "soon"}, "payload.at"),
+    ):
+        with pytest.raises(MalformedOutcome, match=rf"stage-heartbeat@1 message: field '{field}'"):
+            parse_outcome(canonical_json(doc | {"payload": payload}))
+    _, failed = outcome(JOB, "failed", {"code": "c", "message": "m", "retryable": True})
+    doc = json.loads(failed)
+    with pytest.raises(
+        MalformedOutcome, match=r"stage-failed@1 message: field 'payload.retryable'"
+    ):
+        parse_outcome(canonical_json(doc | {"payload": {"code": "c", "message": "m"}}))
+    with pytest.raises(MalformedOutcome, match=r"field 'payload.code'"):
+        parse_outcome(
+            canonical_json(doc | {"payload": {"code": "", "message": "m", "retryable": 1}})
+        )
+
+
+def test_the_builder_refuses_an_outcome_off_its_contract() -> None:
+    with pytest.raises(InvalidOutcome, match=r"stage-failed@1 message: field 'retryable'"):
+        encode_outcome(
+            "j:failed", "failed", run_id="r", stage="s", attempt=1, fence="f",
+            payload={"code": "c", "message": "m"},
+        )  # fmt: skip
+    with pytest.raises(InvalidOutcome, match=r"outcome@1 message: field 'attempt'"):
+        encode_outcome("j:heartbeat", "heartbeat", run_id="r", stage="s", attempt=-1, fence="f")
+    with pytest.raises(InvalidOutcome, match="no payload contract for a 'progress' outcome"):
+        encode_outcome(
+            "j:progress", "progress", run_id="r", stage="s", attempt=1, fence="f",
+            payload={"percent": 5}, contract_version=2,
+        )  # fmt: skip
+
+
+def test_the_worker_holds_a_failure_to_its_contract() -> None:
+    _, body = outcome(JOB, *failure("", "m" * 5000, retryable=False))
+    payload = json.loads(body)["payload"]
+    assert payload["code"] == "failed" and len(payload["message"]) == 2000
+    _, body = outcome(JOB, *failure("c" * 600, "m", retryable=True))
+    assert len(json.loads(body)["payload"]["code"]) == 512
+    assert isinstance(parse_outcome(body)[0], StageFailed)
+
+
+def test_an_old_format_payload_is_read_as_its_reader_read_it() -> None:
+    _, body = outcome(JOB, "failed", {"code": "c", "message": "m", "retryable": False})
+    doc = json.loads(_legacy(body))
+    old = canonical_json(doc | {"payload": {"message": "x" * 3000}, "fence": 1234})
+    event = parse_outcome(old)[0]
+    assert isinstance(event, StageFailed)
+    assert (event.code, event.retryable, len(event.message), event.fence) == (
+        "failed",
+        False,
+        2000,
+        "1234",
+    )
+    with pytest.raises(MalformedOutcome, match=r"field 'payload.retryable'"):
+        parse_outcome(canonical_json(doc | {"payload": {"retryable": "yes"}}))

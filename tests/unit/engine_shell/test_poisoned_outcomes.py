@@ -182,10 +182,13 @@ async def test_a_heartbeat_forged_with_a_huge_attempt_is_quarantined() -> None:
     async with EngineHarness() as h:
         run = await h.start_run(PLAN, {"modelId": "m1"})
         job = h.job(run, "render")
-        events = await h.send_outcome(*outcome(job | {"attempt": 2**70}, "heartbeat"))
+        message_id, body = outcome(job, "heartbeat", {"at": 1.0})
+        forged = canonical_json(json.loads(body) | {"attempt": 2**70})
+        events = await h.send_outcome(message_id, forged)
         assert events == [None]
         assert h.engine.intake.quarantined[-1]["reason"] == (
-            "field 'attempt' must be between 0 and 2147483647"
+            "not a valid outcome@1 message: field 'attempt': "
+            "Input should be less than or equal to 2147483647"
         )
         assert not any(isinstance(e, HeartbeatReceived) for e in events)
 
@@ -215,3 +218,21 @@ async def test_a_member_answered_with_failed_fails_alone() -> None:
     )
     assert batches == [[1, 2, 3, 4]]  # one batch; the leader (1) failed alone
     assert [str(g) if isinstance(g, Exception) else g for g in got] == ["bad 1", 20, "bad 3", 40]
+
+
+async def test_a_run_starts_with_its_context_contracts_defaults_applied() -> None:
+    """A binding the compiler accepts for a context field with a default finds the default: the
+    run's context is the one the contract's check gives back."""
+    from accord.engine.runtime.orchestrator import Engine
+
+    base, catalog = _with_context_contract()
+    kw = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    kw = {k: v for k, v in kw.items() if k not in ("digest", "_index")}
+    plan = Plan.create(**kw | {"context_contract": "metadata-extraction-request@1"})
+    async with EngineHarness() as h:
+        engine = Engine(h.store, h.transport, h.clock, catalog=catalog)
+        await engine.register_plan(plan)
+        rid = await engine.start_run(plan.name, {"modelId": "m1"}, run_id="r-defaults")
+        run = await engine.load(rid)
+        assert run is not None
+        assert run.context == {"modelId": "m1", "computeVolume": True}

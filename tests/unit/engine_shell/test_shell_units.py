@@ -83,8 +83,10 @@ def test_parse_delivery_never_crashes_and_names_each_bad_member(doc: Any) -> Non
 def test_worker_outcomes_parse_to_the_attempt_they_answer(
     kind: str, result: dict[str, int], retryable: bool
 ) -> None:
-    payload: dict[str, Any] = dict(result)
-    if kind == "failed":
+    payload: dict[str, Any] = dict(result) if kind == "succeeded" else {}
+    if kind == "heartbeat":
+        payload = {"at": 1.5}
+    elif kind == "failed":
         payload = {"code": "boom", "message": "m", "retryable": retryable}
     elif kind == "progress":
         payload = {"percent": 40, "message": "m"}
@@ -117,12 +119,13 @@ def test_worker_outcomes_parse_to_the_attempt_they_answer(
 
 
 def test_parse_outcome_names_the_bad_field() -> None:
-    _, good = outcome(JOB, "failed", {"code": "x", "retryable": "yes"})
+    _, good = outcome(JOB, "failed", {"code": "x", "message": "", "retryable": True})
+    bad = json.loads(good) | {"payload": {"code": "x", "message": "", "retryable": "yes"}}
     with pytest.raises(MalformedOutcome, match=r"payload\.retryable"):
-        parse_outcome(good)
+        parse_outcome(canonical_json(bad))
     with pytest.raises(MalformedOutcome, match="not JSON"):
         parse_outcome(b"\xff{")
-    with pytest.raises(MalformedOutcome, match="unknown messageType 'done'"):
+    with pytest.raises(MalformedOutcome, match="field 'messageType': Input should be 'accepted'"):
         parse_outcome(canonical_json({**JOB, "messageType": "done"}))
     with pytest.raises(MalformedOutcome, match="exceeds"):
         parse_outcome(b" " * 2_000_000)

@@ -245,6 +245,29 @@ async def test_invalid_request_fails_terminally_without_running_the_handler(
     assert calls == []
 
 
+async def test_a_job_naming_another_request_contract_is_refused(
+    transport: Recorder, catalog: Catalog, job: JobMaker
+) -> None:
+    """The request contract is the one the capability takes, not whatever the job names: a job
+    for another contract version is answered ``invalid-request`` before the handler runs."""
+    calls: list[str] = []
+
+    def handler(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        calls.append("ran")
+        return thumbnail()
+
+    async with serving(Runtime(worker_with(handler), transport, catalog=catalog)):
+        await send(transport, job() | {"contractVersion": 1})
+        await transport.wait_for("failed")
+    failed = transport.of("failed")[0]["payload"]
+    assert (failed["code"], failed["retryable"]) == ("invalid-request", False)
+    assert failed["message"] == (
+        "the job names thumbnail-generation-request@1; "
+        "this worker takes thumbnail-generation-request@2"
+    )
+    assert calls == []
+
+
 async def test_poison_is_quarantined_and_never_answered(
     transport: Recorder, catalog: Catalog
 ) -> None:

@@ -388,22 +388,22 @@ CASES = [
         "publish",
     ),
     Case("unreachable", [_append_stage(ORPHAN)], "graph-unreachable", "orphan"),
-    Case(
-        "nested-fork",
+    Case(  # forks nest; a nested fork's join must still require exactly its branches
+        "nested-fork-join-mismatch",
         [
             (SEM_ROUTE, SEM_ROUTE.replace("derive-join", "inner-fork")),
             _append_stage(
-                "  - name: inner-fork\n    type: fork #!\n    branches: [inner-a, inner-b]\n"
+                "  - name: inner-fork\n    type: fork\n    branches: [inner-a, inner-b]\n"
                 + "".join(
                     ORPHAN.replace("orphan #!", n).replace("completed", "inner-join")
                     for n in ("inner-a", "inner-b")
                 )
-                + "  - name: inner-join\n    type: join\n    required: [inner-a, inner-b]\n"
+                + "  - name: inner-join\n    type: join\n    required: [inner-a] #!\n"
                 "    on_success: derive-join\n    on_failure: failed\n"
             ),
         ],
-        "graph-nested-fork",
-        "inner-fork",
+        "graph-join-required-mismatch",
+        "inner-join",
     ),
     Case(
         "branch-escape",

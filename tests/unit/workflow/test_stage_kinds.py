@@ -44,6 +44,7 @@ from tests.unit.engine.sim import Sim
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "workflows"
 MODEL_INGEST = GOLDEN / "model-ingest.yaml"
+GATED = GOLDEN / "model-ingest-gated.yaml"
 
 # kind → (a workflow holding a stage of that kind, stage results that drive a run to its end)
 SAMPLES: Mapping[str, tuple[Path, dict[str, dict[str, Any]]]] = {
@@ -51,6 +52,7 @@ SAMPLES: Mapping[str, tuple[Path, dict[str, dict[str, Any]]]] = {
     "decision": (MODEL_INGEST, {"cache-lookup": {"hit": False}}),
     "fork": (MODEL_INGEST, {"cache-lookup": {"hit": False}}),
     "join": (MODEL_INGEST, {"cache-lookup": {"hit": False}}),
+    "approval": (GATED, {"cache-lookup": {"hit": False}}),
 }
 
 
@@ -112,7 +114,7 @@ def test_every_dsl_type_belongs_to_exactly_one_kind() -> None:
         assert kind.types, kind.name
         for t in kind.types:
             assert kind_for_type(t) is kind
-    assert kind_for_type("approval-of-nothing") is None
+    assert kind_for_type("signal-of-nothing") is None
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
@@ -232,18 +234,18 @@ def test_each_kind_appears_in(place: str, sample: Sample) -> None:
 @dataclass(frozen=True)
 class _Unheard:
     name: str = "gate"
-    type: str = "approval"
+    type: str = "signal"
 
 
 def test_the_machine_refuses_a_stage_of_a_kind_it_has_no_handler_for() -> None:
-    with pytest.raises(EngineError, match=r"stage 'gate' is of kind 'approval'"):
+    with pytest.raises(EngineError, match=r"stage 'gate' is of kind 'signal'"):
         handler_of(_Unheard())
 
 
 def test_a_plan_with_an_unknown_stage_type_does_not_load(catalog: Catalog) -> None:
     text = MODEL_INGEST.read_text(encoding="utf-8")
     doc = compile_workflow(text, "x.yaml", catalog).unwrap().to_json()
-    doc["stages"][0]["type"] = "approval"
+    doc["stages"][0]["type"] = "signal"
     del doc["digest"]
-    with pytest.raises(ValueError, match="unknown stage type 'approval'"):
+    with pytest.raises(ValueError, match="unknown stage type 'signal'"):
         Plan.from_json(doc)

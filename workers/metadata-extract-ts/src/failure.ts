@@ -7,6 +7,8 @@
  * `worker-error` so the engine's retry policy, not this process, decides what happens next.
  */
 
+import type { StageFailedV1 } from "@accord/contracts";
+
 export class WorkFailure extends Error {
   readonly code: string;
   readonly retryable: boolean;
@@ -21,11 +23,8 @@ export class WorkFailure extends Error {
   }
 }
 
-export interface FailurePayload {
-  code: string;
-  message: string;
-  retryable: boolean;
-}
+/** The `failed` payload, `stage-failed@1`, as the generated bindings type it. */
+export type FailurePayload = StageFailedV1;
 
 /** The `failed` outcome payload for anything thrown while serving a job. */
 export function failurePayload(error: unknown): FailurePayload {

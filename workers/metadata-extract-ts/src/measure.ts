@@ -15,8 +15,10 @@
  * finite.
  */
 
+import type { TechnicalMetadataV1 } from "@accord/contracts";
+
 import { WorkFailure } from "./failure";
-import type { Format, Mesh, Units } from "./mesh";
+import type { Mesh } from "./mesh";
 
 export interface Xyz {
   x: number;
@@ -24,21 +26,8 @@ export interface Xyz {
   z: number;
 }
 
-export interface TechnicalMetadata {
-  modelId: string;
-  format: Format;
-  units: Units;
-  vertexCount: number;
-  faceCount: number;
-  components: number;
-  bounds: { min: Xyz; max: Xyz };
-  extents: Xyz;
-  surfaceArea: number;
-  volume: number | null;
-  volumeUnavailableReason: "not-watertight" | "inconsistent-winding" | "not-requested" | null;
-  watertight: boolean;
-  windingConsistent: boolean;
-}
+/** The result contract, as the generated bindings type it. */
+export type TechnicalMetadata = TechnicalMetadataV1;
 
 interface EdgeUse {
   uses: number;

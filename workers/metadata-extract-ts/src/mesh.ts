@@ -15,10 +15,13 @@
  * Units come from a `units: mm` style comment in the first 4 KiB, as the Python worker reads them.
  */
 
+import type { TechnicalMetadataV1 } from "@accord/contracts";
+
 import { WorkFailure } from "./failure";
 
-export type Format = "stl" | "obj";
-export type Units = "mm" | "cm" | "m" | "in" | "unknown";
+/** The formats this worker parses: a subset of the result contract's `format`. */
+export type Format = Extract<TechnicalMetadataV1["format"], "stl" | "obj">;
+export type Units = TechnicalMetadataV1["units"];
 
 export interface Mesh {
   format: Format;

@@ -6,9 +6,12 @@
  * it is failed with `UnrecoverableError` into BullMQ's failed set, the transport's dead-letter
  * queue); claim the acceptance record; publish `accepted`; heartbeat every `heartbeatMs` while
  * the model is measured; publish `succeeded` (the result) or `failed` (`{code, message,
- * retryable}`); return, so BullMQ completes the job. An envelope that breaks `envelope@1`
- * (`invalid-envelope`), names another contract (`unsupported-contract`) or carries a request that
- * breaks `metadata-extraction-request@1` (`invalid-request`) is answered with a terminal `failed`
+ * retryable}`); return, so BullMQ completes the job. Every outcome is built on the generated
+ * bindings and checked by the generated validators before it is published (./wire): one they
+ * refuse is never sent (a result that would break its contract becomes a terminal
+ * `invalid-result`). An envelope that breaks `envelope@1`
+ * (`invalid-envelope`), names another request contract or carries a request that breaks
+ * `metadata-extraction-request@1` (both `invalid-request`) is answered with a terminal `failed`
  * and never crashes the process.
  *
  * **Acceptance record.** BullMQ owns retries only until a job is accepted. Redis key
@@ -29,7 +32,11 @@ import type { WorkerConfig } from "./config";
 import { CAPABILITY, extract, REQUEST } from "./extract";
 import { failurePayload, WorkFailure } from "./failure";
 import { StorageMap } from "./paths";
-import { identityOf, jobBody, jobData, jobIdFor, outcome, type JobIdentity, type Outcome } from "./wire";
+import {
+  checkedOutcome, identityOf, InvalidOutcome, jobBody, jobData, jobIdFor, outcome, type JobIdentity, type Outcome,
+} from "./wire";
+
+import { Tracer } from "./tracing";
 
 const ACCEPTED = "accepted";
 
@@ -46,6 +53,7 @@ export class MetadataWorker {
   private readonly storage: StorageMap;
   private readonly keyring: Keyring | undefined;
   served = 0;
+  readonly tracer: Tracer = Tracer.fromEnv(process.env, "accord-metadata-extract-ts");
 
   constructor(readonly config: WorkerConfig, private readonly log: (event: Record<string, unknown>) => void = () => {}) {
     const t = config.transport;
@@ -76,7 +84,9 @@ export class MetadataWorker {
     return `${this.config.transport.prefix}:accord-acceptance:${jobId}:${fence}`;
   }
 
+  /** Publishes one outcome; refuses (throws `InvalidOutcome`) one its contracts do not accept. */
   async publish(out: Outcome): Promise<void> {
+    checkedOutcome(out);
     const t = this.config.transport;
     await this.outcomes.add("accord", jobData(out.messageId, out.body), {
       jobId: jobIdFor(out.messageId),
@@ -101,12 +111,25 @@ export class MetadataWorker {
     const found = identityOf(envelope);
     if (typeof found === "string") throw new UnrecoverableError(`accord: ${found}`);
     const id: JobIdentity = { ...found, producer: this.config.workerId }; // every outcome names this worker
+    let accepted: Outcome;
+    try {
+      accepted = outcome(id, "accepted", {}, 0, { workerId: this.config.workerId });
+    } catch (error) {
+      // identity fields no valid outcome can echo: the engine could never read an answer
+      if (error instanceof InvalidOutcome) throw new UnrecoverableError(`accord: ${error.message}`);
+      throw error;
+    }
     const key = this.acceptanceKey(jobId, id.fence);
     const ttl = this.config.acceptanceTtlMs;
     const claimed = await this.redis.set(key, ACCEPTED, "PX", ttl, "NX");
-    if (claimed !== "OK") return this.redelivered(jobId, key, id);
-    await this.publish(outcome(id, "accepted", {}, 0, { workerId: this.config.workerId }));
-    const final = await this.work(id, envelope as Record<string, unknown>);
+    if (claimed !== "OK") return this.redelivered(jobId, key, accepted);
+    await this.publish(accepted);
+    const env = envelope as Record<string, unknown>;
+    const attributes = {
+      "accord.run_id": id.runId, "accord.stage": id.stage, "accord.attempt": id.attempt,
+      "accord.capability": CAPABILITY, "accord.contract": `${String(env.messageType)}@${String(env.contractVersion)}`,
+    };
+    const final = await this.tracer.span(`accord.execute ${id.stage}`, env.traceparent, attributes, () => this.work(id, env));
     // both idempotent, so they may overlap: whichever fails, the job is retried and the
     // redelivery finds the record (re-sends the outcome, or re-announces acceptance)
     await Promise.all([this.redis.set(key, JSON.stringify(final), "PX", ttl), this.publish(final)]);
@@ -114,14 +137,14 @@ export class MetadataWorker {
     return { jobId, mode: "fresh" };
   }
 
-  private async redelivered(jobId: string, key: string, id: JobIdentity): Promise<Served> {
+  private async redelivered(jobId: string, key: string, accepted: Outcome): Promise<Served> {
     const prior = await this.redis.get(key);
     if (prior !== null && prior !== ACCEPTED) {
       await this.publish(JSON.parse(prior) as Outcome);
       this.log({ event: "resent", jobId });
       return { jobId, mode: "resent" };
     }
-    await this.publish(outcome(id, "accepted", {}, 0, { workerId: this.config.workerId }));
+    await this.publish(accepted);
     this.log({ event: "reannounced", jobId });
     return { jobId, mode: "reannounced" };
   }
@@ -131,9 +154,10 @@ export class MetadataWorker {
     const opened: string[] = []; // the text of values that arrived sealed, scrubbed from failures
     const timer = setInterval(() => {
       beats += 1;
-      this.publish(outcome(id, "heartbeat", { at: Date.now() / 1000 }, beats)).catch((error) =>
-        this.log({ event: "heartbeat-failed", message: String(error) }),
-      );
+      // a heartbeat that cannot be built or published is skipped, not fatal
+      Promise.resolve()
+        .then(() => this.publish(outcome(id, "heartbeat", { at: Date.now() / 1000 }, beats)))
+        .catch((error) => this.log({ event: "heartbeat-failed", message: String(error) }));
     }, this.config.heartbeatMs);
     try {
       const checked = validate("envelope", 1, envelope);
@@ -143,7 +167,7 @@ export class MetadataWorker {
       }
       if (envelope.messageType !== REQUEST.name || envelope.contractVersion !== REQUEST.version) {
         const got = `${String(envelope.messageType)}@${String(envelope.contractVersion)}`;
-        throw new WorkFailure("unsupported-contract", `${CAPABILITY} takes ${REQUEST.name}@${REQUEST.version}, not ${got}`);
+        throw new WorkFailure("invalid-request", `the job names ${got}; this worker takes ${REQUEST.name}@${REQUEST.version}`);
       }
       let payload: unknown;
       try {
@@ -154,12 +178,23 @@ export class MetadataWorker {
       }
       collectOpened(envelope.payload, payload, opened);
       const result = await extract(payload, id.tenant, { storage: this.storage, inputBytes: this.config.inputBytes });
-      return outcome(id, "succeeded", result as unknown as Record<string, unknown>);
+      try {
+        return outcome(id, "succeeded", result);
+      } catch (error) {
+        if (!(error instanceof InvalidOutcome)) throw error;
+        throw new WorkFailure("invalid-result", `the result breaks its contract: ${error.message}`);
+      }
     } catch (error) {
       const failure = failurePayload(error);
       for (const value of opened) failure.message = failure.message.split(value).join("***");
       this.log({ event: "failed", runId: id.runId, stage: id.stage, ...failure });
-      return outcome(id, "failed", { ...failure });
+      try {
+        return outcome(id, "failed", failure);
+      } catch (error) {
+        if (!(error instanceof InvalidOutcome)) throw error;
+        // the failure itself breaks stage-failed@1 (say, an empty code): report that instead
+        return outcome(id, "failed", { code: "worker-error", message: error.message.slice(0, 2000), retryable: true });
+      }
     } finally {
       clearInterval(timer);
     }
@@ -167,6 +202,7 @@ export class MetadataWorker {
 
   async close(): Promise<void> {
     await this.worker?.close();
+    await this.tracer.flush();
     await this.outcomes.close();
     this.redis.disconnect();
   }

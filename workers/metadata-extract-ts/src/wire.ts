@@ -5,17 +5,22 @@
  *   never integer-like and never containing `:` (`accord.adapters.transports._bullmq_consume`).
  * - **Job data**: `{"message_id": id, "body": "<UTF-8 text>"}`, or `body_b64` for bytes that are
  *   not UTF-8.
- * - **Outcome envelopes**: `outcome@1` messages (the generated `OutcomeV1`): the job's identity
- *   echoed (`runId`, `stage`, `attempt`, `fence`, `tenant`), `correlationId` = the run id,
- *   `causationId` = the job's message id, `producer`, `occurredAt`, and `contractVersion` = the
- *   version of the payload's contract (`stage-accepted`, `stage-heartbeat`, `progress`,
- *   `stage-failed`, or for `succeeded` the job's `resultSchemaVersion`). The message id is
- *   `<job message id>:<kind>` (plus `:<n>` for the n-th heartbeat), so a job served twice answers
- *   with the same ids and the transport drops the copy. Bodies are canonical JSON (sorted keys,
- *   no spaces), as Python's `canonical_json`.
+ * - **Outcomes**: `outcome@1` documents built on the generated bindings (`OutcomeV1` and the
+ *   payload types its `messageType` selects: `StageAcceptedV1`, `StageHeartbeatV1`, `ProgressV1`,
+ *   the job's result contract for `succeeded`, `StageFailedV1`), as docs/protocol.md §4 lists
+ *   them. Every outcome is checked by the generated validator (the outcome envelope, then its
+ *   payload against the contract its kind selects) when it is built and again before it is
+ *   published: an invalid outcome raises `InvalidOutcome` and is never sent. The message id is
+ *   `<job message id>:<kind>` (plus `:<n>` for the n-th heartbeat or progress report), so a job
+ *   served twice answers with the same ids and the transport drops the copy. Bodies are
+ *   canonical JSON (sorted keys, no spaces), as Python's `canonical_json`.
  */
 
-import type { OutcomeV1 } from "@accord/contracts";
+import {
+  validate, validateJson,
+  type OutcomeV1, type PathError, type ProgressV1, type StageAcceptedV1, type StageFailedV1,
+  type StageHeartbeatV1, type TechnicalMetadataV1,
+} from "@accord/contracts";
 
 export const OUTCOMES_QUEUE = "accord.outcomes";
 
@@ -96,11 +101,70 @@ export function identityOf(envelope: unknown): JobIdentity | string {
   };
 }
 
-export type OutcomeKind = "accepted" | "heartbeat" | "progress" | "succeeded" | "failed";
+export type OutcomeKind = OutcomeV1["messageType"];
+
+/** The payload each kind of outcome carries (docs/protocol.md §4), as the generated types. */
+export interface OutcomePayloads {
+  accepted: StageAcceptedV1;
+  heartbeat: StageHeartbeatV1;
+  progress: ProgressV1;
+  succeeded: TechnicalMetadataV1;
+  failed: StageFailedV1;
+}
+
+/** The result contract of `metadata.extract@2`: what a `succeeded` payload is checked against. */
+export const RESULT_CONTRACT = "technical-metadata";
+
+/** The payload contract `messageType` selects; `succeeded` is the job's result contract. */
+const PAYLOAD_CONTRACTS: Record<Exclude<OutcomeKind, "succeeded">, { name: string; version: number }> = {
+  accepted: { name: "stage-accepted", version: 1 },
+  heartbeat: { name: "stage-heartbeat", version: 1 },
+  progress: { name: "progress", version: 1 },
+  failed: { name: "stage-failed", version: 1 },
+};
+
+/** An outcome the generated validators refuse; it is never published. */
+export class InvalidOutcome extends Error {
+  constructor(readonly messageId: string, readonly errors: PathError[]) {
+    super(`refusing to send outcome ${messageId}: ${errors.slice(0, 5).map((e) => `${e.path || "<root>"}: ${e.message}`).join("; ")}`);
+    this.name = "InvalidOutcome";
+  }
+}
+
+/** The errors of an outcome@1 document and of its payload under the contract its kind selects. */
+export function outcomeErrors(doc: unknown): PathError[] {
+  const envelope = validate("outcome", 1, doc);
+  if (!envelope.ok) return envelope.errors;
+  const checked = doc as OutcomeV1;
+  const contract = checked.messageType === "succeeded"
+    ? { name: RESULT_CONTRACT, version: checked.contractVersion }
+    : PAYLOAD_CONTRACTS[checked.messageType];
+  if (checked.contractVersion !== contract.version) {
+    return [{ path: "contractVersion", message: `${checked.messageType} payloads are ${contract.name}@${contract.version}`, code: "invalid" }];
+  }
+  let payload;
+  try {
+    payload = validate(contract.name, contract.version, checked.payload);
+  } catch (error) { // a contract the bindings do not have
+    return [{ path: "contractVersion", message: (error as Error).message, code: "invalid" }];
+  }
+  return payload.errors.map((e) => ({ ...e, path: e.path ? `payload.${e.path}` : "payload" }));
+}
 
 export interface Outcome {
   messageId: string;
   body: string;
+}
+
+/** `out` when its body is a valid outcome (byte limit, strict JSON, contracts); else throws. */
+export function checkedOutcome(out: Outcome): Outcome {
+  const parsed = validateJson("outcome", 1, out.body);
+  const errors = parsed.ok ? outcomeErrors(parsed.value) : parsed.errors;
+  if (errors.length === 0 && (parsed.value as OutcomeV1).messageId !== out.messageId) {
+    errors.push({ path: "messageId", message: `the body names ${(parsed.value as OutcomeV1).messageId}`, code: "invalid" });
+  }
+  if (errors.length) throw new InvalidOutcome(out.messageId, errors);
+  return out;
 }
 
 /** Epoch milliseconds as RFC 3339 UTC with milliseconds, as the engine writes times. */
@@ -108,24 +172,30 @@ export function isoMs(atMs: number): string {
   return new Date(atMs).toISOString();
 }
 
+/** Top-level fields an outcome may add: `workerId` (on `accepted`), and a `producer` overriding the job's. */
+export type OutcomeExtra = Partial<Pick<OutcomeV1, "workerId" | "producer">>;
+
 /**
- * One outcome@1 answering `job`. `extra` adds top-level fields (`workerId` on `accepted`; a
- * `producer` there overrides the job's).
+ * One outcome@1 answering `job`, checked by the generated validators; throws `InvalidOutcome`
+ * rather than return one the engine would refuse.
  */
-export function outcome(
-  job: JobIdentity, kind: OutcomeKind, payload: Record<string, unknown> = {}, seq = 0,
-  extra: Record<string, unknown> = {}, atMs: number = Date.now(),
+export function outcome<K extends OutcomeKind>(
+  job: JobIdentity, kind: K, payload: OutcomePayloads[K], seq = 0,
+  extra: OutcomeExtra = {}, atMs: number = Date.now(),
 ): Outcome {
   const messageId = `${job.messageId}:${kind}` + (seq ? `:${seq}` : "");
-  const workerId = typeof extra.workerId === "string" ? extra.workerId : undefined;
   const doc: OutcomeV1 = {
     messageId, messageType: kind,
-    contractVersion: kind === "succeeded" ? job.resultSchemaVersion : 1,
+    contractVersion: kind === "succeeded" ? job.resultSchemaVersion : PAYLOAD_CONTRACTS[kind as Exclude<OutcomeKind, "succeeded">].version,
     correlationId: job.runId, causationId: job.messageId,
-    producer: job.producer ?? workerId ?? DEFAULT_PRODUCER,
+    producer: extra.producer ?? job.producer ?? extra.workerId ?? DEFAULT_PRODUCER,
     occurredAt: isoMs(atMs),
     runId: job.runId, stage: job.stage, attempt: job.attempt,
-    fence: job.fence, tenant: job.tenant, payload, ...extra,
+    fence: job.fence, tenant: job.tenant,
+    payload: payload as unknown as OutcomeV1["payload"],
+    ...(extra.workerId === undefined ? {} : { workerId: extra.workerId }),
   };
+  const errors = outcomeErrors(doc);
+  if (errors.length) throw new InvalidOutcome(messageId, errors);
   return { messageId, body: canonicalJson(doc) };
 }

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import { validate } from "@accord/contracts";
 
 import { failurePayload, WorkFailure } from "../src/failure";
-import { identityOf, outcome, type JobIdentity } from "../src/wire";
+import { checkedOutcome, identityOf, InvalidOutcome, outcome, type JobIdentity } from "../src/wire";
 
 const JOB = {
   messageId: "run-1:extract:1", messageType: "metadata-extraction-request", contractVersion: 1,
@@ -53,12 +53,20 @@ test("every outcome kind is an outcome@1 message with a payload its contract acc
   checked(outcome(id, "failed", { ...failurePayload(new Error("boom")) }).body);
 });
 
+/** A result technical-metadata@1 accepts: a unit cube. */
+const RESULT = {
+  modelId: "cube", format: "stl", units: "mm", vertexCount: 8, faceCount: 12, components: 1,
+  bounds: { min: { x: 0, y: 0, z: 0 }, max: { x: 1, y: 1, z: 1 } }, extents: { x: 1, y: 1, z: 1 },
+  surfaceArea: 6, volume: 1, volumeUnavailableReason: null, watertight: true, windingConsistent: true,
+} as const;
+
 test("an outcome names its run, the job that caused it, when and the result version", () => {
-  const id = { ...identity(), resultSchemaVersion: 3, producer: "ts-worker-7" };
-  const doc = checked(outcome(id, "succeeded", { any: "result" }, 0, {}, Date.UTC(2026, 0, 2, 3, 4, 5, 6)).body);
+  const id = { ...identity(), producer: "ts-worker-7" };
+  const doc = checked(outcome(id, "succeeded", { ...RESULT }, 0, {}, Date.UTC(2026, 0, 2, 3, 4, 5, 6)).body);
+  assert.deepEqual(validate("technical-metadata", 1, doc.payload).errors, []);
   assert.equal(doc.correlationId, "run-1");
   assert.equal(doc.causationId, "run-1:extract:1");
-  assert.equal(doc.contractVersion, 3);
+  assert.equal(doc.contractVersion, 1);
   assert.equal(doc.producer, "ts-worker-7");
   assert.equal(doc.occurredAt, "2026-01-02T03:04:05.006Z");
 });
@@ -69,4 +77,38 @@ test("the outcome contract refuses an outcome without its contract fields", () =
   delete doc.occurredAt;
   const paths = validate("outcome", 1, doc).errors.map((e) => e.path);
   assert.deepEqual(paths, ["causationId", "occurredAt"]);
+});
+
+function refused(...paths: string[]): (error: unknown) => boolean {
+  return (error) => {
+    assert.ok(error instanceof InvalidOutcome, String(error));
+    assert.deepEqual(error.errors.map((e) => e.path), paths);
+    return true;
+  };
+}
+
+test("an outcome its contracts refuse is never built", () => {
+  const id = identity();
+  // payloads that break the contract their kind selects
+  assert.throws(() => outcome(id, "failed", { code: "", message: "x", retryable: false }), refused("payload.code"));
+  assert.throws(() => outcome(id, "progress", { percent: 140 }, 1), refused("payload.percent"));
+  const { volume: _volume, ...noVolume } = RESULT;
+  assert.throws(() => outcome(id, "succeeded", noVolume as typeof RESULT), refused("payload.volume"));
+  const extra = { ...RESULT, colour: "red" };
+  assert.throws(() => outcome(id, "succeeded", extra), refused("payload.colour"));
+  // a result version the bindings have no contract for
+  assert.throws(() => outcome({ ...id, resultSchemaVersion: 3 }, "succeeded", { ...RESULT }), refused("contractVersion"));
+  // identity fields no outcome@1 can carry
+  assert.throws(() => outcome({ ...id, fence: "f".repeat(513) }, "accepted", {}), refused("fence"));
+});
+
+test("an outcome body is checked again before it is published", () => {
+  const good = outcome(identity(), "heartbeat", { at: 1 }, 1);
+  assert.equal(checkedOutcome(good), good);
+  const doc = JSON.parse(good.body) as Record<string, unknown>;
+  const tampered = { messageId: good.messageId, body: JSON.stringify({ ...doc, payload: { at: -1 } }) };
+  assert.throws(() => checkedOutcome(tampered), refused("payload.at"));
+  const renamed = { messageId: "another", body: good.body };
+  assert.throws(() => checkedOutcome(renamed), refused("messageId"));
+  assert.throws(() => checkedOutcome({ messageId: good.messageId, body: "{" }), InvalidOutcome);
 });

@@ -212,6 +212,77 @@ export const CONTRACTS: Record<string, ContractEntry> = {
     "tolerates": [],
     "version": 1
   },
+  "cancellation-requested@1": {
+    "maxBytes": 65536,
+    "name": "cancellation-requested",
+    "schema": {
+      "$id": "urn:accord:contract:cancellation-requested:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "The engine asks the worker running a superseded attempt to stop it.",
+      "properties": {
+        "attempt": {
+          "maximum": 2147483647,
+          "minimum": 0,
+          "type": "integer"
+        },
+        "fence": {
+          "description": "The superseded attempt's fence, compared exactly.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "jobId": {
+          "description": "The transport message id of the attempt's job.",
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        },
+        "kind": {
+          "enum": [
+            "request-cancellation"
+          ],
+          "type": "string"
+        },
+        "queue": {
+          "description": "The job's queue; null for a stage without one.",
+          "maxLength": 512,
+          "type": [
+            "string",
+            "null"
+          ]
+        },
+        "reason": {
+          "description": "Why the attempt was superseded.",
+          "maxLength": 2000,
+          "type": "string"
+        },
+        "stage": {
+          "maxLength": 512,
+          "minLength": 1,
+          "type": "string"
+        }
+      },
+      "required": [
+        "attempt",
+        "fence",
+        "jobId",
+        "kind",
+        "queue",
+        "stage"
+      ],
+      "title": "cancellation-requested@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "cancellation-requested",
+        "owner": "platform",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
   "catalogue-entry@1": {
     "maxBytes": 1048576,
     "name": "catalogue-entry",
@@ -473,6 +544,667 @@ export const CONTRACTS: Record<string, ContractEntry> = {
       "x-accord-contract": {
         "name": "envelope",
         "owner": "platform",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "etsy-create-listing-request@1": {
+    "maxBytes": 1048576,
+    "name": "etsy-create-listing-request",
+    "schema": {
+      "$id": "urn:accord:contract:etsy-create-listing-request:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "The body of Etsy's createListing operation (POST /v3/application/shops/{shop_id}/listings, application/x-www-form-urlencoded) for the fields Accord sends, derived from the openapi.json of github.com/etsy/open-api at revision 6d6b1aa18f3b024e31d99083735eec7f2bf6b678. Field names are Accord's lowerCamelCase; the connector maps each to Etsy's snake_case name (whoMade -> who_made). Structure only: title and tag lengths, tag count, allowed characters, taxonomy ids and price bounds are marketplace policy (marketplace-listing-limits), not this contract.",
+      "properties": {
+        "description": {
+          "description": "description",
+          "minLength": 1,
+          "type": "string"
+        },
+        "isDigital": {
+          "description": "is_digital",
+          "type": "boolean"
+        },
+        "isSupply": {
+          "description": "is_supply",
+          "type": "boolean"
+        },
+        "materials": {
+          "description": "materials",
+          "items": {
+            "type": "string"
+          },
+          "type": [
+            "array",
+            "null"
+          ]
+        },
+        "price": {
+          "description": "price; the document's 'positive non-zero price'.",
+          "exclusiveMinimum": 0,
+          "type": "number"
+        },
+        "quantity": {
+          "description": "quantity; the document's 'positive non-zero number of products'.",
+          "minimum": 1,
+          "type": "integer"
+        },
+        "shouldAutoRenew": {
+          "description": "should_auto_renew",
+          "type": "boolean"
+        },
+        "tags": {
+          "description": "tags",
+          "items": {
+            "type": "string"
+          },
+          "type": [
+            "array",
+            "null"
+          ]
+        },
+        "taxonomyId": {
+          "description": "taxonomy_id",
+          "minimum": 1,
+          "type": "integer"
+        },
+        "title": {
+          "description": "title",
+          "minLength": 1,
+          "type": "string"
+        },
+        "type": {
+          "description": "type",
+          "enum": [
+            "physical",
+            "download",
+            "both"
+          ],
+          "type": "string"
+        },
+        "whenMade": {
+          "description": "when_made",
+          "enum": [
+            "made_to_order",
+            "2020_2021",
+            "2010_2019",
+            "2002_2009",
+            "before_2002",
+            "2000_2001",
+            "1990s",
+            "1980s",
+            "1970s",
+            "1960s",
+            "1950s",
+            "1940s",
+            "1930s",
+            "1920s",
+            "1910s",
+            "1900s",
+            "1800s",
+            "1700s",
+            "before_1700"
+          ],
+          "type": "string"
+        },
+        "whoMade": {
+          "description": "who_made",
+          "enum": [
+            "i_did",
+            "someone_else",
+            "collective"
+          ],
+          "type": "string"
+        }
+      },
+      "required": [
+        "description",
+        "price",
+        "quantity",
+        "taxonomyId",
+        "title",
+        "whenMade",
+        "whoMade"
+      ],
+      "title": "etsy-create-listing-request@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "etsy-create-listing-request",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "etsy-listing-limits@1": {
+    "maxBytes": 1048576,
+    "name": "etsy-listing-limits",
+    "schema": {
+      "$id": "urn:accord:contract:etsy-listing-limits:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "The shape of the values of a marketplace-listing-limits policy artefact for Etsy, as read by `accord policy refresh etsy --from FILE`. The values themselves are mutable policy, versioned by revision and digest apart from every contract; only this shape is a contract.",
+      "properties": {
+        "maxTags": {
+          "maximum": 100,
+          "minimum": 0,
+          "type": "integer"
+        },
+        "priceMax": {
+          "exclusiveMinimum": 0,
+          "type": "number"
+        },
+        "priceMin": {
+          "exclusiveMinimum": 0,
+          "type": "number"
+        },
+        "tagMaxLength": {
+          "maximum": 200,
+          "minimum": 1,
+          "type": "integer"
+        },
+        "tagPattern": {
+          "description": "A regular expression every tag must match in full (allowed characters).",
+          "maxLength": 500,
+          "minLength": 1,
+          "type": "string"
+        },
+        "taxonomyIds": {
+          "description": "The taxonomy ids a listing may use.",
+          "items": {
+            "minimum": 1,
+            "type": "integer"
+          },
+          "maxItems": 10000,
+          "minItems": 1,
+          "type": "array"
+        },
+        "titleMaxLength": {
+          "maximum": 1000,
+          "minimum": 1,
+          "type": "integer"
+        },
+        "titlePattern": {
+          "description": "A regular expression every title must match in full (allowed characters).",
+          "maxLength": 500,
+          "minLength": 1,
+          "type": "string"
+        }
+      },
+      "required": [
+        "maxTags",
+        "priceMax",
+        "priceMin",
+        "tagMaxLength",
+        "tagPattern",
+        "taxonomyIds",
+        "titleMaxLength",
+        "titlePattern"
+      ],
+      "title": "etsy-listing-limits@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "etsy-listing-limits",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "etsy-shop-listing@1": {
+    "maxBytes": 1048576,
+    "name": "etsy-shop-listing",
+    "schema": {
+      "$id": "urn:accord:contract:etsy-shop-listing:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "The members of Etsy's ShopListing schema (the 201 response of createListing, the items of the ShopListings response of findAllActiveListingsByShop) that the connector reads, derived from the openapi.json of github.com/etsy/open-api at revision 6d6b1aa18f3b024e31d99083735eec7f2bf6b678. The connector maps Etsy's snake_case names (listing_id -> listingId) and drops the members it does not read.",
+      "properties": {
+        "creationTimestamp": {
+          "description": "creation_timestamp",
+          "type": "integer"
+        },
+        "listingId": {
+          "description": "listing_id",
+          "type": "integer"
+        },
+        "shopId": {
+          "description": "shop_id",
+          "type": "integer"
+        },
+        "state": {
+          "description": "state",
+          "enum": [
+            "0",
+            "1",
+            "2",
+            "3",
+            "4",
+            "5"
+          ],
+          "type": "string"
+        },
+        "tags": {
+          "description": "tags",
+          "items": {
+            "type": "string"
+          },
+          "type": "array"
+        },
+        "title": {
+          "description": "title",
+          "type": "string"
+        },
+        "url": {
+          "description": "url",
+          "type": "string"
+        }
+      },
+      "required": [
+        "creationTimestamp",
+        "listingId",
+        "shopId",
+        "state",
+        "tags",
+        "title",
+        "url"
+      ],
+      "title": "etsy-shop-listing@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "etsy-shop-listing",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "marketplace-listing-draft@1": {
+    "maxBytes": 1048576,
+    "name": "marketplace-listing-draft",
+    "schema": {
+      "$id": "urn:accord:contract:marketplace-listing-draft:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "A listing prepared for Etsy. `listing` is an etsy-create-listing-request@1 document, validated against that contract by the connector before anything is sent.",
+      "properties": {
+        "listing": {
+          "description": "An etsy-create-listing-request@1 document.",
+          "type": "object"
+        },
+        "modelId": {
+          "pattern": "^[A-Za-z0-9_-]{1,64}$",
+          "type": "string"
+        },
+        "previewKeys": {
+          "default": [],
+          "items": {
+            "format": "object-key",
+            "maxLength": 1024,
+            "type": "string"
+          },
+          "maxItems": 16,
+          "type": "array"
+        }
+      },
+      "required": [
+        "listing",
+        "modelId"
+      ],
+      "title": "marketplace-listing-draft@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "marketplace-listing-draft",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "marketplace-listing-preparation-request@1": {
+    "maxBytes": 1048576,
+    "name": "marketplace-listing-preparation-request",
+    "schema": {
+      "$id": "urn:accord:contract:marketplace-listing-preparation-request:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "Request to prepare an Etsy listing from a model's analysis, metadata and thumbnails.",
+      "properties": {
+        "descriptors": {
+          "items": {
+            "maxLength": 200,
+            "minLength": 1,
+            "type": "string"
+          },
+          "maxItems": 32,
+          "type": "array"
+        },
+        "format": {
+          "enum": [
+            "stl",
+            "obj",
+            "ply",
+            "off",
+            "gltf",
+            "glb",
+            "3mf",
+            "step"
+          ],
+          "type": "string"
+        },
+        "minTagConfidence": {
+          "default": 0.5,
+          "maximum": 1,
+          "minimum": 0,
+          "type": "number"
+        },
+        "modelId": {
+          "pattern": "^[A-Za-z0-9_-]{1,64}$",
+          "type": "string"
+        },
+        "previewKeys": {
+          "default": [],
+          "items": {
+            "format": "object-key",
+            "maxLength": 1024,
+            "type": "string"
+          },
+          "maxItems": 16,
+          "type": "array"
+        },
+        "price": {
+          "description": "The seller's price for the listing.",
+          "exclusiveMinimum": 0,
+          "type": "number"
+        },
+        "quantity": {
+          "default": 1,
+          "minimum": 1,
+          "type": "integer"
+        },
+        "tags": {
+          "items": {
+            "additionalProperties": false,
+            "properties": {
+              "confidence": {
+                "maximum": 1,
+                "minimum": 0,
+                "type": "number"
+              },
+              "label": {
+                "maxLength": 200,
+                "type": "string"
+              },
+              "reason": {
+                "maxLength": 200,
+                "type": "string"
+              }
+            },
+            "required": [
+              "confidence",
+              "label"
+            ],
+            "type": "object"
+          },
+          "maxItems": 50,
+          "type": "array"
+        },
+        "taxonomyId": {
+          "minimum": 1,
+          "type": "integer"
+        }
+      },
+      "required": [
+        "descriptors",
+        "format",
+        "modelId",
+        "price",
+        "tags",
+        "taxonomyId"
+      ],
+      "title": "marketplace-listing-preparation-request@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "marketplace-listing-preparation-request",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "marketplace-listing-publication@1": {
+    "maxBytes": 1048576,
+    "name": "marketplace-listing-publication",
+    "schema": {
+      "$id": "urn:accord:contract:marketplace-listing-publication:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "A listing published to Etsy, with the policy artefact it was checked against and how it was found (created now, or found by its external id through the reconciliation query).",
+      "properties": {
+        "externalId": {
+          "description": "The deterministic external id (SKU) the listing carries, derived from tenant, shop and model.",
+          "pattern": "^acc-[0-9a-f]{16}$",
+          "type": "string"
+        },
+        "listingId": {
+          "minimum": 1,
+          "type": "integer"
+        },
+        "marketplace": {
+          "enum": [
+            "etsy"
+          ],
+          "type": "string"
+        },
+        "modelId": {
+          "pattern": "^[A-Za-z0-9_-]{1,64}$",
+          "type": "string"
+        },
+        "policy": {
+          "description": "The policy artefact version checked, e.g. marketplace-listing-limits/etsy@3.",
+          "pattern": "^[a-z][a-z0-9-]*/[a-z][a-z0-9-]*@[1-9][0-9]*$",
+          "type": "string"
+        },
+        "policyDigest": {
+          "pattern": "^sha256:[0-9a-f]{64}$",
+          "type": "string"
+        },
+        "publishedAt": {
+          "format": "date-time",
+          "type": "string"
+        },
+        "reconciled": {
+          "description": "True when the listing was found by its external id rather than created by this attempt.",
+          "type": "boolean"
+        },
+        "shopId": {
+          "minimum": 1,
+          "type": "integer"
+        },
+        "state": {
+          "maxLength": 32,
+          "type": "string"
+        },
+        "url": {
+          "maxLength": 2048,
+          "type": "string"
+        }
+      },
+      "required": [
+        "externalId",
+        "listingId",
+        "marketplace",
+        "modelId",
+        "policy",
+        "policyDigest",
+        "publishedAt",
+        "reconciled",
+        "shopId",
+        "state",
+        "url"
+      ],
+      "title": "marketplace-listing-publication@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "marketplace-listing-publication",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "marketplace-publish-context@1": {
+    "maxBytes": 1048576,
+    "name": "marketplace-publish-context",
+    "schema": {
+      "$id": "urn:accord:contract:marketplace-publish-context:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "Input context of a marketplace-publish run: a model that completed model-ingest, with the results of its analysis, metadata and thumbnail stages.",
+      "properties": {
+        "descriptors": {
+          "items": {
+            "maxLength": 200,
+            "minLength": 1,
+            "type": "string"
+          },
+          "maxItems": 32,
+          "type": "array"
+        },
+        "format": {
+          "enum": [
+            "stl",
+            "obj",
+            "ply",
+            "off",
+            "gltf",
+            "glb",
+            "3mf",
+            "step"
+          ],
+          "type": "string"
+        },
+        "ingestRunId": {
+          "description": "The model-ingest run the results come from.",
+          "maxLength": 128,
+          "type": "string"
+        },
+        "modelId": {
+          "pattern": "^[A-Za-z0-9_-]{1,64}$",
+          "type": "string"
+        },
+        "previewKeys": {
+          "description": "Object keys of the gallery previews (required, not defaulted, because a run's context is stored as given and bindings read it so).",
+          "items": {
+            "format": "object-key",
+            "maxLength": 1024,
+            "type": "string"
+          },
+          "maxItems": 16,
+          "type": "array"
+        },
+        "tags": {
+          "items": {
+            "additionalProperties": false,
+            "properties": {
+              "confidence": {
+                "maximum": 1,
+                "minimum": 0,
+                "type": "number"
+              },
+              "label": {
+                "maxLength": 200,
+                "type": "string"
+              },
+              "reason": {
+                "maxLength": 200,
+                "type": "string"
+              }
+            },
+            "required": [
+              "confidence",
+              "label"
+            ],
+            "type": "object"
+          },
+          "maxItems": 50,
+          "type": "array"
+        }
+      },
+      "required": [
+        "descriptors",
+        "format",
+        "modelId",
+        "previewKeys",
+        "tags"
+      ],
+      "title": "marketplace-publish-context@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "marketplace-publish-context",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 1
+      }
+    },
+    "tolerates": [],
+    "version": 1
+  },
+  "marketplace-publish-listing-request@1": {
+    "maxBytes": 1048576,
+    "name": "marketplace-publish-listing-request",
+    "schema": {
+      "$id": "urn:accord:contract:marketplace-publish-listing-request:1",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "Request to publish a prepared listing to an Etsy shop. The OAuth token is never here: credentialsRef is an opaque reference the connector resolves from its own configuration.",
+      "properties": {
+        "credentialsRef": {
+          "description": "Opaque reference to the shop's OAuth token in the connector's configuration.",
+          "pattern": "^[a-z0-9][a-z0-9-]{0,63}$",
+          "type": "string",
+          "x-accord-sensitive": true
+        },
+        "listing": {
+          "description": "An etsy-create-listing-request@1 document.",
+          "type": "object"
+        },
+        "modelId": {
+          "pattern": "^[A-Za-z0-9_-]{1,64}$",
+          "type": "string"
+        },
+        "shopId": {
+          "minimum": 1,
+          "type": "integer"
+        }
+      },
+      "required": [
+        "credentialsRef",
+        "listing",
+        "modelId",
+        "shopId"
+      ],
+      "title": "marketplace-publish-listing-request@1",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "marketplace-publish-listing-request",
+        "owner": "marketplace",
         "status": "active",
         "wireVersion": 1
       }

@@ -51,6 +51,31 @@ export interface CacheLookupResultV1 {
 }
 
 /**
+ * The engine asks the worker running a superseded attempt to stop it.
+ */
+export interface CancellationRequestedV1 {
+  attempt: number;
+  /**
+   * The superseded attempt's fence, compared exactly.
+   */
+  fence: string;
+  /**
+   * The transport message id of the attempt's job.
+   */
+  jobId: string;
+  kind: "request-cancellation";
+  /**
+   * The job's queue; null for a stage without one.
+   */
+  queue: string | null;
+  /**
+   * Why the attempt was superseded.
+   */
+  reason?: string;
+  stage: string;
+}
+
+/**
  * The catalogue entry written for a model.
  */
 export interface CatalogueEntryV1 {
@@ -136,6 +161,265 @@ export interface EnvelopeV1 {
    * Workflow name and version, e.g. model-ingest@2.3.0.
    */
   workflow?: string;
+}
+
+/**
+ * The body of Etsy's createListing operation (POST /v3/application/shops/{shop_id}/listings, application/x-www-form-urlencoded) for the fields Accord sends, derived from the openapi.json of github.com/etsy/open-api at revision 6d6b1aa18f3b024e31d99083735eec7f2bf6b678. Field names are Accord's lowerCamelCase; the connector maps each to Etsy's snake_case name (whoMade -> who_made). Structure only: title and tag lengths, tag count, allowed characters, taxonomy ids and price bounds are marketplace policy (marketplace-listing-limits), not this contract.
+ */
+export interface EtsyCreateListingRequestV1 {
+  /**
+   * description
+   */
+  description: string;
+  /**
+   * is_digital
+   */
+  isDigital?: boolean;
+  /**
+   * is_supply
+   */
+  isSupply?: boolean;
+  /**
+   * materials
+   */
+  materials?: string[] | null;
+  /**
+   * price; the document's 'positive non-zero price'.
+   */
+  price: number;
+  /**
+   * quantity; the document's 'positive non-zero number of products'.
+   */
+  quantity: number;
+  /**
+   * should_auto_renew
+   */
+  shouldAutoRenew?: boolean;
+  /**
+   * tags
+   */
+  tags?: string[] | null;
+  /**
+   * taxonomy_id
+   */
+  taxonomyId: number;
+  /**
+   * title
+   */
+  title: string;
+  /**
+   * type
+   */
+  type?: "physical" | "download" | "both";
+  /**
+   * when_made
+   */
+  whenMade:
+    | "made_to_order"
+    | "2020_2021"
+    | "2010_2019"
+    | "2002_2009"
+    | "before_2002"
+    | "2000_2001"
+    | "1990s"
+    | "1980s"
+    | "1970s"
+    | "1960s"
+    | "1950s"
+    | "1940s"
+    | "1930s"
+    | "1920s"
+    | "1910s"
+    | "1900s"
+    | "1800s"
+    | "1700s"
+    | "before_1700";
+  /**
+   * who_made
+   */
+  whoMade: "i_did" | "someone_else" | "collective";
+}
+
+/**
+ * The shape of the values of a marketplace-listing-limits policy artefact for Etsy, as read by `accord policy refresh etsy --from FILE`. The values themselves are mutable policy, versioned by revision and digest apart from every contract; only this shape is a contract.
+ */
+export interface EtsyListingLimitsV1 {
+  maxTags: number;
+  priceMax: number;
+  priceMin: number;
+  tagMaxLength: number;
+  /**
+   * A regular expression every tag must match in full (allowed characters).
+   */
+  tagPattern: string;
+  /**
+   * The taxonomy ids a listing may use.
+   *
+   * @minItems 1
+   * @maxItems 10000
+   */
+  taxonomyIds: number[];
+  titleMaxLength: number;
+  /**
+   * A regular expression every title must match in full (allowed characters).
+   */
+  titlePattern: string;
+}
+
+/**
+ * The members of Etsy's ShopListing schema (the 201 response of createListing, the items of the ShopListings response of findAllActiveListingsByShop) that the connector reads, derived from the openapi.json of github.com/etsy/open-api at revision 6d6b1aa18f3b024e31d99083735eec7f2bf6b678. The connector maps Etsy's snake_case names (listing_id -> listingId) and drops the members it does not read.
+ */
+export interface EtsyShopListingV1 {
+  /**
+   * creation_timestamp
+   */
+  creationTimestamp: number;
+  /**
+   * listing_id
+   */
+  listingId: number;
+  /**
+   * shop_id
+   */
+  shopId: number;
+  /**
+   * state
+   */
+  state: "0" | "1" | "2" | "3" | "4" | "5";
+  /**
+   * tags
+   */
+  tags: string[];
+  /**
+   * title
+   */
+  title: string;
+  /**
+   * url
+   */
+  url: string;
+}
+
+/**
+ * A listing prepared for Etsy. `listing` is an etsy-create-listing-request@1 document, validated against that contract by the connector before anything is sent.
+ */
+export interface MarketplaceListingDraftV1 {
+  /**
+   * An etsy-create-listing-request@1 document.
+   */
+  listing: {
+    [k: string]: unknown | undefined;
+  };
+  modelId: string;
+  /**
+   * @maxItems 16
+   */
+  previewKeys?: string[];
+}
+
+/**
+ * Request to prepare an Etsy listing from a model's analysis, metadata and thumbnails.
+ */
+export interface MarketplaceListingPreparationRequestV1 {
+  /**
+   * @maxItems 32
+   */
+  descriptors: string[];
+  format: "stl" | "obj" | "ply" | "off" | "gltf" | "glb" | "3mf" | "step";
+  minTagConfidence?: number;
+  modelId: string;
+  /**
+   * @maxItems 16
+   */
+  previewKeys?: string[];
+  /**
+   * The seller's price for the listing.
+   */
+  price: number;
+  quantity?: number;
+  /**
+   * @maxItems 50
+   */
+  tags: {
+    confidence: number;
+    label: string;
+    reason?: string;
+  }[];
+  taxonomyId: number;
+}
+
+/**
+ * A listing published to Etsy, with the policy artefact it was checked against and how it was found (created now, or found by its external id through the reconciliation query).
+ */
+export interface MarketplaceListingPublicationV1 {
+  /**
+   * The deterministic external id (SKU) the listing carries, derived from tenant, shop and model.
+   */
+  externalId: string;
+  listingId: number;
+  marketplace: "etsy";
+  modelId: string;
+  /**
+   * The policy artefact version checked, e.g. marketplace-listing-limits/etsy@3.
+   */
+  policy: string;
+  policyDigest: string;
+  publishedAt: string;
+  /**
+   * True when the listing was found by its external id rather than created by this attempt.
+   */
+  reconciled: boolean;
+  shopId: number;
+  state: string;
+  url: string;
+}
+
+/**
+ * Input context of a marketplace-publish run: a model that completed model-ingest, with the results of its analysis, metadata and thumbnail stages.
+ */
+export interface MarketplacePublishContextV1 {
+  /**
+   * @maxItems 32
+   */
+  descriptors: string[];
+  format: "stl" | "obj" | "ply" | "off" | "gltf" | "glb" | "3mf" | "step";
+  /**
+   * The model-ingest run the results come from.
+   */
+  ingestRunId?: string;
+  modelId: string;
+  /**
+   * Object keys of the gallery previews (required, not defaulted, because a run's context is stored as given and bindings read it so).
+   *
+   * @maxItems 16
+   */
+  previewKeys: string[];
+  /**
+   * @maxItems 50
+   */
+  tags: {
+    confidence: number;
+    label: string;
+    reason?: string;
+  }[];
+}
+
+/**
+ * Request to publish a prepared listing to an Etsy shop. The OAuth token is never here: credentialsRef is an opaque reference the connector resolves from its own configuration.
+ */
+export interface MarketplacePublishListingRequestV1 {
+  /**
+   * Opaque reference to the shop's OAuth token in the connector's configuration.
+   */
+  credentialsRef: string;
+  /**
+   * An etsy-create-listing-request@1 document.
+   */
+  listing: {
+    [k: string]: unknown | undefined;
+  };
+  modelId: string;
+  shopId: number;
 }
 
 /**

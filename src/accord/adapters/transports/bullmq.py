@@ -512,9 +512,11 @@ class BullmqTransport(TransportBase):
     async def withdraw(self, queue: str, message_id: str) -> bool:
         """Remove a job nobody holds (waiting, paused, delayed or prioritized, or active with a
         lapsed lock) with BullMQ's ``removeJob``, watched so a job taken meanwhile is left to its
-        consumer; a locked, completed or failed job is left alone (:class:`Withdraw`). Its id is
-        then unknown: only a republish of the same job (an outbox entry handed over again) could
-        add it back, and the worker refuses that one as superseded."""
+        consumer; a locked, completed or failed job is left alone (:class:`Withdraw`). The
+        transaction leaves a tombstone at the job's key for ``dedup_ms`` (a hash holding only
+        ``withdrawn``, in none of the queue's sets), so BullMQ still refuses a second job under
+        the id, as it would a completed one: a late republish of the same job (an outbox entry
+        handed over again) adds nothing."""
         ops, job_id = self.ops(queue), job_id_for(message_id)
         job_key, remove = ops.prefix + job_id, ops.commands["removeJob"]
         failed = self.queue(queue).toKey("failed")
@@ -524,6 +526,7 @@ class BullmqTransport(TransportBase):
                 await pipe.watch(job_key)
                 if (
                     not await pipe.exists(job_key)
+                    or await pipe.hexists(job_key, "withdrawn")  # withdrawn before
                     or await pipe.exists(job_key + ":lock")
                     or await pipe.zscore(ops.completed, job_id) is not None
                     or await pipe.zscore(failed, job_id) is not None
@@ -531,8 +534,10 @@ class BullmqTransport(TransportBase):
                     return False
                 pipe.multi()  # type: ignore[no-untyped-call]
                 pipe.evalsha(remove.sha, 2, job_key, ops.repeat, job_id, 0, ops.prefix)
+                pipe.hset(job_key, "withdrawn", str(now_ms()))
+                pipe.pexpire(job_key, max(self.options.dedup_ms, 1))
                 try:
-                    (removed,) = await pipe.execute()
+                    removed, _, _ = await pipe.execute()
                 except WatchError:  # taken (or settled) meanwhile: its consumer has it
                     return False
         except (RedisError, OSError) as exc:

@@ -14,13 +14,14 @@ or failed along ``on_failure``.
 
 from __future__ import annotations
 
+from accord.engine.machine import gates
 from accord.engine.machine.draft import Draft
 from accord.engine.machine.effects import CancelTimer
-from accord.engine.machine.envelope import request_cancellation
+from accord.engine.machine.envelope import request_cancellation, retry_of
 from accord.engine.machine.events import TimerFired
-from accord.engine.machine.finalise import set_intent
+from accord.engine.machine.finalise import restart_pseudo, set_intent
 from accord.engine.machine.flow import enter_task
-from accord.engine.machine.outcomes import Refusal, close, pseudo_failed, retry_or_fail
+from accord.engine.machine.outcomes import Refusal, close, retry_or_fail
 from accord.workflow.plan import TaskStage
 
 __all__ = ["on_timer"]
@@ -39,6 +40,8 @@ def on_timer(d: Draft, ev: TimerFired) -> Refusal | None:
         d.emit(drop[0])
         set_intent(d, "failed", "", {"code": "run-deadline", "deadlineAt": deadline})
         return None
+    if ev.timer == "approval":
+        return gates.on_timer(d, ev)
     st = d.stages.get(ev.stage)
     cur = st.current if st is not None else None
     if st is None or cur is None:
@@ -46,10 +49,14 @@ def on_timer(d: Draft, ev: TimerFired) -> Refusal | None:
     if ev.attempt != st.attempt or ev.fence != st.fence:
         return Refusal("stale", f"{ev.timer} timer of an earlier attempt", drop)
     if ev.timer == "retry":
-        stage = d.plan.stage(ev.stage)
-        if st.status != "retry-scheduled" or not isinstance(stage, TaskStage):
+        if st.status != "retry-scheduled":
             return Refusal("stale", f"no retry is scheduled (stage is {st.status})", drop)
         d.emit(drop[0])
+        if ev.stage.startswith("@"):  # a compensation or finaliser under its own policy
+            restart_pseudo(d, ev.stage, st.attempt + 1)
+            return None
+        stage = d.plan.stage(ev.stage)
+        assert isinstance(stage, TaskStage)
         enter_task(d, stage, st.attempt + 1, first=False)
         return None
     want = "queued" if ev.timer == "queue" else "running"
@@ -76,9 +83,4 @@ def _time_out(d: Draft, name: str, clock: str) -> None:
         "retryable": True,
         "attempt": cur.attempt,
     }
-    if name.startswith("@"):
-        pseudo_failed(d, name, "timed-out", error)
-    else:
-        stage = d.plan.stage(name)
-        assert isinstance(stage, TaskStage)
-        retry_or_fail(d, name, "timed-out", error, "timeout" in stage.retry.retry_on)
+    retry_or_fail(d, name, "timed-out", error, "timeout" in retry_of(d.plan, name).retry_on)

@@ -20,24 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from accord.engine.machine import clocks, ids, outcomes
+from accord.engine.machine import clocks, gates, ids, migrate, outcomes
 from accord.engine.machine.draft import Draft
 from accord.engine.machine.effects import Effect, EmitTelemetry
 from accord.engine.machine.events import (
     CALLBACKS,
+    ApprovalDecided,
     CancelRequested,
     Event,
     HeartbeatReceived,
     PoisonReported,
     ProgressReported,
     RedriveRequested,
+    RunMigrated,
     RunStarted,
     StageAccepted,
     StageFailed,
     StageSucceeded,
     TimerFired,
 )
-from accord.engine.machine.flow import route
+from accord.engine.machine.flow import route, skip_unreachable
 from accord.engine.machine.state import HistoryEntry, RunState, StageState, evolve
 from accord.errors import EngineError
 from accord.workflow.plan import Plan
@@ -57,6 +59,8 @@ _HANDLERS: dict[type[Any], Callable[[Draft, Any], outcomes.Refusal | None]] = {
     TimerFired: clocks.on_timer,
     CancelRequested: outcomes.on_cancel,
     RedriveRequested: outcomes.on_redrive,
+    ApprovalDecided: gates.on_decision,
+    RunMigrated: migrate.on_migrated,
 }
 
 
@@ -110,6 +114,8 @@ def _event_json(event: Event) -> dict[str, Any]:
 
 
 def _commit(d: Draft, event: Event) -> Transition:
+    if d.rerouted:
+        skip_unreachable(d)
     entry = HistoryEntry(
         seq=d.seq,
         at_ms=event.at_ms,
@@ -157,6 +163,7 @@ def _start(plan: Plan, event: RunStarted) -> Transition:
         engine_version=event.engine_version,
         contracts={**plan.contracts, **event.contracts},
         context=event.context,
+        requested_by=event.requested_by,
         stages={s.name: StageState(name=s.name, kind=s.type) for s in plan.stages},
         started_at_ms=event.at_ms,
         deadline_at_ms=deadline,

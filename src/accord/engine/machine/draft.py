@@ -41,6 +41,7 @@ class Draft:
         self.error = run.error
         self.effects: list[Effect] = []
         self.notes: list[str] = []
+        self.rerouted = False  # a decision or gate chose a route: check for skipped stages
 
     # --- identity shared with RunState, for envelopes and payloads -----------------------------
     @property

@@ -20,7 +20,14 @@ from accord.engine.machine.draft import Draft
 from accord.engine.machine.effects import DispatchJob, InvokeAction, RequestCancellation
 from accord.engine.machine.state import ACTIVE_ATTEMPT, AttemptState, RunState, StageState, evolve
 from accord.workflow.bindings import resolve_inputs
-from accord.workflow.plan import CapabilityPin, Plan, TaskStage, Timeouts
+from accord.workflow.plan import (
+    ActionPolicy,
+    CapabilityPin,
+    Plan,
+    RetryPolicy,
+    TaskStage,
+    Timeouts,
+)
 
 __all__ = [
     "COMPENSATE",
@@ -28,8 +35,10 @@ __all__ = [
     "Target",
     "build_envelope",
     "payload_for",
+    "pseudo_policy",
     "rebuild_effect",
     "request_cancellation",
+    "retry_of",
     "start_attempt",
     "target_of",
 ]
@@ -38,6 +47,7 @@ COMPENSATE = "@compensate/"
 FINALISER = "@finaliser/"
 PRODUCER = "accord-engine"
 _PSEUDO_TIMEOUTS = Timeouts()
+_ONE_ATTEMPT = RetryPolicy(max_attempts=1)
 
 
 class Target(NamedTuple):
@@ -50,14 +60,38 @@ class Target(NamedTuple):
     branch: str | None
 
 
+def pseudo_policy(plan: Plan, name: str) -> ActionPolicy | None:
+    """The retry policy and clocks a compensation or finaliser was given (``None``: one attempt
+    under the default clocks)."""
+    if name.startswith(COMPENSATE):
+        stage = plan.stage(name[len(COMPENSATE) :])
+        assert isinstance(stage, TaskStage) and stage.compensate is not None
+        return stage.compensate_policy
+    return plan.finaliser_policy(int(name[len(FINALISER) :]))
+
+
+def retry_of(plan: Plan, name: str) -> RetryPolicy:
+    """The retry policy of a task stage or pseudo-stage."""
+    if name.startswith("@"):
+        policy = pseudo_policy(plan, name)
+        return policy.retry if policy is not None else _ONE_ATTEMPT
+    stage = plan.stage(name)
+    assert isinstance(stage, TaskStage)
+    return stage.retry
+
+
 def target_of(plan: Plan, name: str) -> Target:
     if name.startswith(COMPENSATE):
         stage = plan.stage(name[len(COMPENSATE) :])
         assert isinstance(stage, TaskStage) and stage.compensate is not None
-        return Target(stage.compensate, "action", None, _PSEUDO_TIMEOUTS, stage.branch)
+        policy = stage.compensate_policy
+        clocks = policy.timeouts if policy is not None else _PSEUDO_TIMEOUTS
+        return Target(stage.compensate, "action", None, clocks, stage.branch)
     if name.startswith(FINALISER):
-        pin = plan.finalisers[int(name[len(FINALISER) :])]
-        return Target(pin, "action", None, _PSEUDO_TIMEOUTS, None)
+        index = int(name[len(FINALISER) :])
+        policy = plan.finaliser_policy(index)
+        clocks = policy.timeouts if policy is not None else _PSEUDO_TIMEOUTS
+        return Target(plan.finalisers[index], "action", None, clocks, None)
     stage = plan.stage(name)
     assert isinstance(stage, TaskStage)
     queue = (stage.queue or stage.capability.name) if stage.type == "worker" else None

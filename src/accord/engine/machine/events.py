@@ -9,6 +9,15 @@ Callback-like events (accepted, heartbeat, progress, succeeded, failed) name the
 belong to by ``stage``, ``attempt`` and ``fence``; the machine accepts them only on an exact match
 with the current attempt. Finalisers and compensations are addressed as pseudo-stages
 ``@finaliser/<index>`` and ``@compensate/<stage>`` so they share the same protocol.
+
+A run moves to another plan version by :class:`RunMigrated`, which carries the decision (who,
+why, from, to, the stage map) and what the shell's proof found wrong, if anything; the machine
+refuses a migration with problems, so a refused migration is recorded too.
+
+An approval gate is decided by :class:`ApprovalDecided`. The shell stamps it with who decided
+(principal, role, tenants) and with what it found wrong in the form data against the gate's form
+contract (``form_problems``); the machine alone decides whether the decision counts, so a refused
+decision is recorded like any refused event and replay needs nothing but the history.
 """
 
 from __future__ import annotations
@@ -19,12 +28,14 @@ from typing import Any, ClassVar, Literal, TypeAlias
 
 __all__ = [
     "CALLBACKS",
+    "ApprovalDecided",
     "CancelRequested",
     "Event",
     "HeartbeatReceived",
     "PoisonReported",
     "ProgressReported",
     "RedriveRequested",
+    "RunMigrated",
     "RunStarted",
     "StageAccepted",
     "StageFailed",
@@ -35,7 +46,7 @@ __all__ = [
     "event_to_json",
 ]
 
-TimerKind: TypeAlias = Literal["queue", "execution", "heartbeat", "run", "retry"]
+TimerKind: TypeAlias = Literal["queue", "execution", "heartbeat", "run", "retry", "approval"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +66,10 @@ class RunStarted(_Base):
     context: dict[str, Any] = field(default_factory=dict)
     contracts: dict[str, str] = field(default_factory=dict)  # pinned ref → digest
     engine_version: str = "1"
+    requested_by: str = ""  # the principal that asked for the run, when known
+    # which version admitted the run and why (``{"digest", "reason", ...}``; see
+    # :mod:`accord.workflow.canary`); empty for runs started before canaries existed
+    admission: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,12 +139,47 @@ class RedriveRequested(_Base):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecided(_Base):
+    """A person's decision on a waiting approval gate: ``approve`` or ``reject``."""
+
+    kind: ClassVar[str] = "approval-decided"
+    stage: str
+    decision: str  # approve | reject
+    by: str  # the principal's id
+    role: str = ""
+    tenants: tuple[str, ...] = ()
+    comment: str = ""
+    form: dict[str, Any] = field(default_factory=dict)
+    form_problems: tuple[str, ...] = ()  # what the shell found against the form contract
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PoisonReported(_AttemptEvent):
     """The transport or intake quarantined a job: invalid envelope or past the delivery limit."""
 
     kind: ClassVar[str] = "poison-reported"
     reason: str = ""
     delivery_count: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunMigrated(_Base):
+    """An authorised move of a live run to another plan version (see
+    :mod:`accord.engine.machine.migrate`): who, why, from, to and the stage map the shell proved
+    safe with :mod:`accord.workflow.migration`."""
+
+    kind: ClassVar[str] = "run-migrated"
+    from_digest: str
+    to_digest: str
+    renamed: dict[str, str] = field(default_factory=dict)  # old stage name → new
+    added: dict[str, str] = field(default_factory=dict)  # new stage name → its type
+    retyped: dict[str, str] = field(default_factory=dict)  # kept pending stage → its new type
+    removed: tuple[str, ...] = ()  # old stage names the new plan drops
+    contracts: dict[str, str] = field(default_factory=dict)  # the new plan's pins
+    to_version: str = ""  # the new definition's version string
+    by: str = "operator"
+    reason: str = ""
+    problems: tuple[str, ...] = ()  # what the shell's proof refused (the machine then refuses)
 
 
 Event: TypeAlias = (
@@ -143,6 +193,8 @@ Event: TypeAlias = (
     | CancelRequested
     | RedriveRequested
     | PoisonReported
+    | ApprovalDecided
+    | RunMigrated
 )
 
 
@@ -168,6 +220,8 @@ _BY_KIND: dict[str, type[Any]] = {
         CancelRequested,
         RedriveRequested,
         PoisonReported,
+        ApprovalDecided,
+        RunMigrated,
     )
 }
 
@@ -185,6 +239,9 @@ def event_from_json(doc: dict[str, Any]) -> Event:
     cls = _BY_KIND.get(str(kind))
     if cls is None:
         raise ValueError(f"unknown event kind {kind!r}")
+    for name in ("tenants", "form_problems", "removed", "problems"):  # tuples travel as JSON lists
+        if isinstance(data.get(name), list):
+            data[name] = tuple(data[name])
     try:
         event: Event = cls(**data)
     except TypeError as exc:

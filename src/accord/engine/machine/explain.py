@@ -10,9 +10,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from accord.engine.machine.finalise import needs_reconciliation
 from accord.engine.machine.state import HistoryEntry, RunState
 
-__all__ = ["describe_event", "explain_history"]
+__all__ = ["describe_event", "explain_history", "reconciliation"]
+
+
+def reconciliation(run: RunState) -> list[str]:
+    """One line per completed stage whose compensation did not succeed after its retries: the
+    effect it made may still stand, and someone must reconcile it."""
+    lines = []
+    for name in needs_reconciliation(run.stages, run.compensations):
+        comp = run.stages[f"@compensate/{name}"]
+        code = (comp.error or {}).get("code", comp.status)
+        lines.append(
+            f"needs reconciliation: the compensation of {name!r} ended {comp.status} ({code}) "
+            f"after {comp.attempt} attempt(s); its effect may still stand"
+        )
+    return lines
 
 
 def describe_event(event: dict[str, Any]) -> str:
@@ -32,6 +47,12 @@ def describe_event(event: dict[str, Any]) -> str:
         return f"re-drive of {stage!r} requested by {event.get('by')}"
     if kind == "poison-reported":
         return f"poison reported{where}: {event.get('reason')}"
+    if kind == "approval-decided":
+        comment = f": {event['comment']}" if event.get("comment") else ""
+        return (
+            f"{event.get('decision')} of gate {stage!r} by {event.get('by')} "
+            f"(role {event.get('role')}){comment}"
+        )
     return f"{kind.replace('-', ' ')}{where}"
 
 
@@ -41,6 +62,15 @@ def explain_history(run: RunState, entries: Sequence[HistoryEntry]) -> list[str]
         verdict = "" if h.accepted else f"  -> refused: {h.reason}"
         note = f"  ({h.note})" if h.note else ""
         lines.append(f"#{h.seq} {describe_event(h.event)}{verdict}{note}")
+    for name, st in run.stages.items():
+        if st.status == "waiting":
+            done = len((st.result or {}).get("decisions", ()))
+            due = (st.result or {}).get("due_at_ms")
+            lines.append(f"gate {name!r} is waiting for approval ({done} decided, due at {due})")
+    skipped = [n for n, st in run.stages.items() if st.status == "skipped"]
+    if skipped:
+        lines.append(f"skipped (no route reaches them): {', '.join(skipped)}")
+    lines += reconciliation(run)
     ending = f"now {run.status}"
     if run.intent:
         ending += f", terminal intent {run.intent}"

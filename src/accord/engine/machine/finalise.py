@@ -10,6 +10,7 @@ place that decides what comes next; it is called whenever a pseudo-stage conclud
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from accord.engine.machine import ids
@@ -26,20 +27,39 @@ from accord.engine.machine.state import (
     ACTIVE_ATTEMPT,
     ACTIVE_STAGE,
     RUN_TERMINAL,
+    WAITING,
     StageState,
     evolve,
 )
+from accord.workflow.kinds.task import evidence_note, missing_evidence
 from accord.workflow.plan import TaskStage
 
-__all__ = ["advance", "fence_live", "pseudo_concluded", "set_intent"]
+__all__ = [
+    "advance",
+    "fence_live",
+    "fence_stage",
+    "needs_reconciliation",
+    "pseudo_concluded",
+    "restart_pseudo",
+    "set_intent",
+]
+
+_UNDONE = frozenset({"failed", "timed-out", "quarantined"})
 
 
 def set_intent(d: Draft, intent: str, source: str, error: dict[str, Any] | None = None) -> None:
     if d.intent is not None:
         return
+    src = d.stages.get(source)
+    if intent == "completed" and d.plan.evidence:
+        missing = missing_evidence(d.plan.evidence, src.result if src is not None else None)
+        if missing:  # the run's own evidence: completing without it is a terminal failure
+            intent, error = "failed", {"code": "missing-evidence", "missing": missing,
+                                       "stage": source}  # fmt: skip
+        else:
+            d.notes.append(evidence_note("the run", d.plan.evidence, src.result if src else None))
     d.intent = intent
     d.set_status("finalising")
-    src = d.stages.get(source)
     if intent == "completed":
         d.result = dict(src.result) if src is not None and src.result else {}
     else:
@@ -59,20 +79,34 @@ def set_intent(d: Draft, intent: str, source: str, error: dict[str, Any] | None 
 
 
 def fence_live(d: Draft, reason: str) -> None:
-    """Fence every live ordinary attempt and request its cooperative cancellation."""
-    for name, st in list(d.stages.items()):
-        if name.startswith("@") or st.status not in ACTIVE_STAGE:
-            continue
-        cur = st.current
-        assert cur is not None
-        if cur.status in ACTIVE_ATTEMPT:
-            request_cancellation(d, name, cur, reason)
-            d.cancel_clocks(name, cur)
-            fenced = d.set_attempt(name, "cancelled", finished_at_ms=d.at_ms)
-        else:
-            d.cancel_timers(name, cur, "retry")
-            fenced = st
-        d.put(evolve(fenced, status="cancelled"))
+    """Fence every live ordinary attempt and request its cooperative cancellation; cancel every
+    waiting approval gate and its timer."""
+    for name in list(d.stages):
+        if not name.startswith("@"):
+            fence_stage(d, name, reason)
+
+
+def fence_stage(d: Draft, name: str, reason: str) -> bool:
+    """Fence stage ``name`` if it is live (request cancellation of its attempt, stop its clocks)
+    or waiting at a gate (stop its timer); ``False`` when there was nothing to stop."""
+    st = d.stages[name]
+    if st.status == WAITING:
+        d.emit(CancelTimer(timer_id=ids.timer_id(d.run_id, name, st.attempt, "approval")))
+        d.put(evolve(st, status="cancelled"))
+        return True
+    if st.status not in ACTIVE_STAGE:
+        return False
+    cur = st.current
+    assert cur is not None
+    if cur.status in ACTIVE_ATTEMPT:
+        request_cancellation(d, name, cur, reason)
+        d.cancel_clocks(name, cur)
+        fenced = d.set_attempt(name, "cancelled", finished_at_ms=d.at_ms)
+    else:
+        d.cancel_timers(name, cur, "retry")
+        fenced = st
+    d.put(evolve(fenced, status="cancelled"))
+    return True
 
 
 def pseudo_concluded(d: Draft, name: str, ok: bool) -> None:
@@ -88,6 +122,18 @@ def _start(d: Draft, name: str, kind: str) -> None:
     start_attempt(d, name, 1, payload, first=True)
 
 
+def restart_pseudo(d: Draft, name: str, number: int) -> None:
+    """Attempt ``number`` of a compensation or finaliser, after a retry's backoff."""
+    payload = payload_for(d.plan, d.base, d.stages, name, intent=d.intent, error=d.error)
+    start_attempt(d, name, number, payload)
+
+
+def needs_reconciliation(stages: Mapping[str, StageState], order: tuple[str, ...]) -> list[str]:
+    """The stages (of ``order``, the run's compensations) whose compensation ended without
+    succeeding after its retries: their effects may still stand."""
+    return [s for s in order if (c := stages.get(COMPENSATE + s)) and c.status in _UNDONE]
+
+
 def advance(d: Draft) -> None:
     for stage in d.compensations:
         name = COMPENSATE + stage
@@ -97,6 +143,10 @@ def advance(d: Draft) -> None:
             return
         if st.status in ACTIVE_STAGE:
             return
+    undone = needs_reconciliation(d.stages, d.compensations)
+    if undone and d.error is not None and "needs_reconciliation" not in d.error:
+        d.error = {**d.error, "needs_reconciliation": undone}
+        d.telemetry("run.needs-reconciliation", stages=undone)
     index = len(d.finalisers)
     if index < len(d.plan.finalisers):
         name = f"{FINALISER}{index}"

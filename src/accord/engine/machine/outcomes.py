@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from accord.engine.machine import ids
 from accord.engine.machine.draft import Draft
 from accord.engine.machine.effects import Effect
-from accord.engine.machine.envelope import target_of
+from accord.engine.machine.envelope import retry_of, target_of
 from accord.engine.machine.events import (
     CancelRequested,
     HeartbeatReceived,
@@ -28,9 +28,19 @@ from accord.engine.machine.events import (
 from accord.engine.machine.finalise import pseudo_concluded, set_intent
 from accord.engine.machine.flow import enter_task, route, route_failure
 from accord.engine.machine.state import ACTIVE_ATTEMPT, StageState, evolve
+from accord.workflow.kinds.task import evidence_note, missing_evidence
 from accord.workflow.plan import TaskStage
 
-__all__ = ["Refusal", "classify", "close", "pseudo_failed", "retry_or_fail"]
+__all__ = [
+    "ATTEMPTS_BUDGET",
+    "Refusal",
+    "classify",
+    "close",
+    "over_budget",
+    "pseudo_failed",
+    "retries_on",
+    "retry_or_fail",
+]
 
 
 class Refusal(NamedTuple):
@@ -141,12 +151,21 @@ def on_succeeded(d: Draft, ev: StageSucceeded) -> Refusal | None:
     if refusal is not None:
         return refusal
     st = close(d, ev.stage, "succeeded")
+    stage = None if ev.stage.startswith("@") else d.plan.stage(ev.stage)
+    missing = missing_evidence(stage.evidence, ev.result) if isinstance(stage, TaskStage) else []
+    if missing:  # a success without its evidence is a terminal failure, never retried
+        d.put(evolve(st, result=ev.result, progress=1.0))
+        error = {"code": "missing-evidence", "missing": missing, "retryable": False,
+                 "attempt": ev.attempt}  # fmt: skip
+        route_failure(d, ev.stage, "failed", error)
+        return None
     d.put(evolve(st, status="completed", result=ev.result, progress=1.0, released=True))
     d.telemetry("stage.completed", ev.stage, attempt=ev.attempt)
+    if isinstance(stage, TaskStage) and stage.evidence:  # the explanation lists it
+        d.notes.append(evidence_note(stage.name, stage.evidence, ev.result))
     if ev.stage.startswith("@"):
         pseudo_concluded(d, ev.stage, True)
         return None
-    stage = d.plan.stage(ev.stage)
     assert isinstance(stage, TaskStage)
     d.completion_order = (*d.completion_order, ev.stage)
     route(d, ev.stage, stage.on_success)
@@ -160,18 +179,50 @@ def pseudo_failed(d: Draft, name: str, status: str, error: dict[str, Any]) -> No
 
 
 def retry_or_fail(d: Draft, name: str, status: str, error: dict[str, Any], eligible: bool) -> None:
-    stage = d.plan.stage(name)
-    assert isinstance(stage, TaskStage)
+    """Schedule the next attempt of a task stage or pseudo-stage while its policy allows, else
+    fail it: a task along ``on_failure``, a compensation or finaliser as concluded."""
+    retry = retry_of(d.plan, name)
     st = d.stages[name]
     used = st.attempt - st.first_attempt + 1
-    if eligible and used < stage.retry.max_attempts:
+    if eligible and used < retry.max_attempts and over_budget(d, name):
+        b = d.plan.budgets
+        assert b is not None and b.max_attempts_total is not None
+        error = {
+            **error,
+            "code": ATTEMPTS_BUDGET,
+            "message": f"a retry would exceed the run's max_attempts_total "
+            f"{b.max_attempts_total} (attempt {st.attempt} failed with {error['code']})",
+            "retryable": False,
+        }
+        eligible = False
+    if eligible and used < retry.max_attempts:
         jitter = ids.unit_random(d.entropy, d.run_id, name, st.attempt, "jitter")
-        due = d.at_ms + stage.retry.backoff_ms(used, jitter)
+        due = d.at_ms + retry.backoff_ms(used, jitter)
         d.put(evolve(st, status="retry-scheduled", error=error))
         d.timer("retry", due, name, st.attempt, st.fence)
         d.telemetry("stage.failed", name, status="retry-scheduled", code=error["code"], retryAt=due)
+    elif name.startswith("@"):
+        pseudo_failed(d, name, status, error)
     else:
         route_failure(d, name, status, error)
+
+
+ATTEMPTS_BUDGET = "attempts-budget-exhausted"
+
+
+def over_budget(d: Draft, name: str) -> bool:
+    """Whether one more attempt of task stage ``name`` would exceed the plan's
+    ``budgets.max_attempts_total`` (every task-stage attempt of the run counts, re-drives too)."""
+    b = d.plan.budgets
+    if b is None or b.max_attempts_total is None or name.startswith("@"):
+        return False
+    made = sum(st.attempt for stage, st in d.stages.items() if not stage.startswith("@"))
+    return made + 1 > b.max_attempts_total
+
+
+def retries_on(d: Draft, name: str, code: str) -> bool:
+    """Whether ``code`` (or the ``retryable`` class) is one ``name``'s policy retries."""
+    return bool({"retryable", code} & set(retry_of(d.plan, name).retry_on))
 
 
 def on_failed(d: Draft, ev: StageFailed) -> Refusal | None:
@@ -185,13 +236,7 @@ def on_failed(d: Draft, ev: StageFailed) -> Refusal | None:
         "retryable": ev.retryable,
         "attempt": ev.attempt,
     }
-    if ev.stage.startswith("@"):
-        pseudo_failed(d, ev.stage, "failed", error)
-    else:
-        stage = d.plan.stage(ev.stage)
-        assert isinstance(stage, TaskStage)
-        eligible = ev.retryable and bool({"retryable", ev.code} & set(stage.retry.retry_on))
-        retry_or_fail(d, ev.stage, "failed", error, eligible)
+    retry_or_fail(d, ev.stage, "failed", error, ev.retryable and retries_on(d, ev.stage, ev.code))
     return None
 
 

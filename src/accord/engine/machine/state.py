@@ -33,7 +33,9 @@ from accord.engine.machine.encoding import canonical_text as _text
 __all__ = [
     "ACTIVE_ATTEMPT",
     "ACTIVE_STAGE",
+    "RUN_STATUSES",
     "RUN_TERMINAL",
+    "WAITING",
     "AttemptState",
     "EncodedDoc",
     "HistoryEntry",
@@ -46,7 +48,12 @@ JsonDict = dict[str, Any]
 
 ACTIVE_ATTEMPT = frozenset({"queued", "running"})
 ACTIVE_STAGE = frozenset({"queued", "running", "retry-scheduled"})
+WAITING = "waiting"  # an approval gate waiting for its decisions
 RUN_TERMINAL = frozenset({"completed", "failed", "cancelled"})
+# every status a run record has; the store also keeps records of other kinds under statuses of
+# their own (schedule fires, admission refusals: accord.engine.runtime.schedules, .admission),
+# which listings of runs leave out
+RUN_STATUSES = frozenset({"running", "finalising", *RUN_TERMINAL})
 _R = TypeVar("_R", "AttemptState", "StageState", "RunState")
 
 
@@ -102,7 +109,7 @@ class AttemptState:
 @dataclass(frozen=True, kw_only=True)
 class StageState:
     name: str
-    kind: str  # worker | action | decision | fork | join | compensation | finaliser
+    kind: str  # worker | action | decision | fork | join | approval | compensation | finaliser
     status: str = "pending"
     attempt: int = 0
     fence: str = ""
@@ -173,6 +180,7 @@ class RunState:
     deadline_at_ms: int | None = None
     result: JsonDict | None = None
     error: JsonDict | None = None
+    requested_by: str = ""  # who asked for the run (approval gates may exclude them)
 
     @property
     def terminal(self) -> bool:
@@ -193,6 +201,8 @@ class RunState:
         doc["branch_states"] = dict(self.branch_states)
         for name in _TUPLES:
             doc[name] = list(doc[name])
+        if not doc["requested_by"]:  # written only when known, so earlier records keep their form
+            del doc["requested_by"]
         return doc
 
     def canonical_text(self) -> str:

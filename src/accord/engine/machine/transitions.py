@@ -19,7 +19,12 @@ _FAILED_LIKE = frozenset({"failed", "timed-out", "quarantined", "cancelled"})
 
 STAGE_TRANSITIONS: Mapping[str, frozenset[str]] = {
     # decision/fork/join resolve instantly; a binding error fails a task before dispatch
-    "pending": frozenset({"queued", "running", "completed", "failed", "cancelled"}),
+    # ``skipped``: a decision or gate chose a route no longer leading to the stage
+    "pending": frozenset(
+        {"queued", "running", "completed", "failed", "cancelled", "waiting", "skipped"}
+    ),
+    # an approval gate: approved, rejected, timed out, or cancelled with its run
+    "waiting": frozenset({"completed", "failed", "timed-out", "cancelled"}),
     "queued": frozenset({"running", "completed", "failed", "retry-scheduled"} | _FAILED_LIKE),
     "running": frozenset({"completed", "retry-scheduled"} | _FAILED_LIKE),
     "retry-scheduled": frozenset({"queued", "running", "cancelled"}),

@@ -22,6 +22,13 @@ Done-marks are buffered and written in batches: a late mark costs at most a harm
 Telemetry has its own bounded queue and consumer; when the sink is slow the queue fills, entries
 stay in the outbox, and the sweep offers them again later — progress never waits for it.
 
+**Claim checks.** With an object store for claims (``Engine(claims=…)``, ``open_engine(claims=…)``,
+``accord engine run --claims URL``), a job envelope whose payload's canonical JSON is above
+:data:`~accord.objects.claims.THRESHOLD_BYTES` is checked in before its commit
+(:func:`check_in_jobs`, called by the orchestrator, so the outbox row, the queue message of a
+joint commit and every republish carry the same ``payloadRef``); the dispatcher checks in any
+such entry it still meets (written without claims configured). Object I/O runs off the event loop.
+
 ``crash_at`` is a fault-injection point for the crash tests (``after-commit``: die before
 publishing; ``after-publish``: die before marking done; ``point:n`` dies the n-th time the point
 is passed). It is ``None`` in normal operation.
@@ -33,13 +40,49 @@ import asyncio
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 
 from accord.canonical import canonical_json
-from accord.engine.ports import Clock, OutboxEntry, Sink, Store, Transport, Withdraw
+from accord.engine.ports import Clock, Commit, OutboxEntry, Sink, Store, Transport, Withdraw
 from accord.engine.runtime.actions import ActionExecutor
-from accord.engine.runtime.outbox import control_queue, withdrawal
+from accord.engine.runtime.outbox import control_body, control_queue, withdrawal
+from accord.objects.claims import THRESHOLD_BYTES, check_in
+from accord.objects.ports import ObjectStore
 
-__all__ = ["Dispatcher"]
+__all__ = ["Dispatcher", "check_in_job", "check_in_jobs"]
+
+
+def _large(entry: OutboxEntry, threshold: int) -> bool:
+    if not entry.topic.startswith("job:"):
+        return False
+    envelope = entry.payload.get("envelope")
+    if not isinstance(envelope, dict) or not isinstance(envelope.get("payload"), dict):
+        return False
+    return len(canonical_json(envelope["payload"])) > threshold
+
+
+async def check_in_job(
+    entry: OutboxEntry, claims: ObjectStore, threshold: int = THRESHOLD_BYTES
+) -> OutboxEntry:
+    """``entry`` with its job envelope's payload checked in when above ``threshold`` bytes."""
+    if not _large(entry, threshold):
+        return entry
+    envelope = entry.payload["envelope"]
+    assert isinstance(envelope, dict)
+    checked = await asyncio.to_thread(check_in, envelope, claims, threshold=threshold)
+    return replace(entry, payload={**entry.payload, "envelope": checked})
+
+
+async def check_in_jobs(
+    commit: Commit, claims: ObjectStore, threshold: int = THRESHOLD_BYTES
+) -> Commit:
+    """``commit`` with every large job payload of its outbox checked in (the same commit when
+    none is large)."""
+    if not any(_large(e, threshold) for e in commit.outbox):
+        return commit
+    outbox = tuple([await check_in_job(e, claims, threshold) for e in commit.outbox])
+    return replace(commit, outbox=outbox)
+
 
 log = logging.getLogger("accord.engine.runtime.dispatcher")
 
@@ -72,6 +115,8 @@ class Dispatcher:
         self.withdrawn = 0  # jobs of fenced attempts taken back before any worker took them
         self._withdraw = transport if isinstance(transport, Withdraw) else None
         self._crash_hits = 0
+        self.claims: ObjectStore | None = None  # where large job payloads are checked in
+        self.claim_threshold = THRESHOLD_BYTES
 
     async def dispatch(self, entries: Sequence[OutboxEntry], *, inline: int = 0) -> None:
         """Hand off entries of a commit that just became durable. ``inline`` counts messages
@@ -101,6 +146,8 @@ class Dispatcher:
     async def _hand_off(self, entry: OutboxEntry) -> None:
         topic = entry.topic
         if topic.startswith("job:"):
+            if self.claims is not None:
+                entry = await check_in_job(entry, self.claims, self.claim_threshold)
             body = canonical_json(entry.payload.get("envelope", {}))
             await self._transport.publish(topic[4:], entry.entry_id, body)
             self.published += 1
@@ -113,7 +160,7 @@ class Dispatcher:
             if self._withdraw is not None and (job := withdrawal(entry)) is not None:
                 self.withdrawn += await self._withdraw.withdraw(*job)
             queue = control_queue(topic[7:] or None)
-            await self._transport.publish(queue, entry.entry_id, canonical_json(entry.payload))
+            await self._transport.publish(queue, entry.entry_id, control_body(entry.payload))
             self._done.append(entry.entry_id)
         elif topic == "telemetry":
             if self._sink is None:

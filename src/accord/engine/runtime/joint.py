@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from accord.canonical import canonical_json
 from accord.engine.ports import Commit, Delivery, OutboxEntry, QueuedMessage
-from accord.engine.runtime.outbox import control_queue
+from accord.engine.runtime.outbox import control_body, control_queue
 
 __all__ = ["durable", "split_outbox"]
 
@@ -60,5 +60,5 @@ def _message(entry: OutboxEntry) -> tuple[str | None, bytes]:
     if topic.startswith("job:"):
         return topic[4:], canonical_json(entry.payload.get("envelope", {}))
     if topic.startswith("cancel:"):
-        return control_queue(topic[7:] or None), canonical_json(entry.payload)
+        return control_queue(topic[7:] or None), control_body(entry.payload)
     return None, b""

@@ -68,11 +68,12 @@ from accord.engine.ports import (
     Store,
     Transport,
 )
+from accord.engine.runtime import canary
 from accord.engine.runtime.actions import ActionExecutor, ActionHandler, ActionRegistry
 from accord.engine.runtime.capabilities import Capabilities
 from accord.engine.runtime.checks import MessageCatalog, ResultHook, run_result_checks
 from accord.engine.runtime.coalesce import Failed, Mailboxes
-from accord.engine.runtime.dispatcher import Dispatcher
+from accord.engine.runtime.dispatcher import Dispatcher, check_in_jobs
 from accord.engine.runtime.holding import HOLD_MS, Hold
 from accord.engine.runtime.intake import OUTCOMES_QUEUE, Intake, RefusedOutcome
 from accord.engine.runtime.joint import durable, split_outbox
@@ -95,6 +96,7 @@ from accord.errors import (
     StoreError,
     ValidationError,
 )
+from accord.objects.ports import ObjectStore
 from accord.workflow.plan import Plan
 
 __all__ = ["Delivered", "Engine", "EngineOptions", "Observer"]
@@ -235,6 +237,7 @@ class Engine:
         owns_ports: bool = False,
         catalog: MessageCatalog | None = None,
         sealing: Keyring | None = None,
+        claims: ObjectStore | None = None,
     ) -> None:
         opts = self.options = options or EngineOptions()
         self.store, self.transport, self.clock = store, transport, clock
@@ -265,6 +268,8 @@ class Engine:
             store, transport, clock, self.executor, sink, owner=self.owner,
             lease_ms=opts.lease_ms, grace_ms=opts.grace_ms, crash_at=opts.crash_at,
         )  # fmt: skip
+        # large job payloads travel as payloadRef, checked in here (dispatcher.check_in_jobs)
+        self.claims = self.dispatcher.claims = claims
         self.timers = TimerService(
             store, clock, self.deliver, owner=self.owner, lease_ms=opts.lease_ms,
             poll_ms=opts.poll_ms,
@@ -322,24 +327,37 @@ class Engine:
         context: Mapping[str, JsonValue] | None = None,
         tenant: str = "default",
         run_id: str | None = None,
+        requested_by: str = "",
     ) -> str:
         """Start a run of ``workflow`` (a name, using its active plan, or a plan digest).
 
         Refused with :class:`~accord.errors.ValidationError`, creating nothing, when ``tenant``
         is not a safe id (:data:`TENANT_PATTERN`) or ``context`` is not a JSON object canonical
         JSON can store that satisfies the plan's context contract (looked up in ``catalog``; a
-        plan that names one the catalog lacks is refused too)."""
-        plan = await self.plans.resolve(workflow)
-        self._check_start(plan, tenant, context)
+        plan that names one the catalog lacks is refused too). The run's context is the one the
+        contract's check gives back: its defaults applied where a field is missing, so that a
+        binding the compiler accepted for a field with a default finds it. ``requested_by``
+        names who asked (a principal, a requester), recorded on the run for approval gates'
+        ``exclude_requester``.
+
+        The low-level primitive: it makes no admission decision (plan budgets, live workers,
+        owner). :class:`~accord.engine.runtime.admission.Admission` is the layer above it, and
+        every entry point (triggers, ``POST /v1/runs``, run requests, ``accord runs start``)
+        goes through it (docs/triggers.md §5)."""
         rid = run_id or f"run_{secrets.token_hex(12)}"
+        chosen, admission = await canary.admit(self.store, workflow, rid)  # a canary's share
+        plan = await self.plans.resolve(chosen or workflow)
+        checked = self._check_start(plan, tenant, context)
         await self.deliver(
             RunStarted(
                 run_id=rid,
                 tenant=tenant,
                 workflow=plan.name,
                 plan_digest=plan.digest,
-                context=seal_context(self.catalog, plan, dict(context or {}), self.sealing),
+                context=seal_context(self.catalog, plan, checked, self.sealing),
                 contracts=dict(plan.contracts),
+                requested_by=requested_by[:128],
+                admission=admission,
             )
         )
         return rid
@@ -353,7 +371,8 @@ class Engine:
         self._check_start(plan, tenant, context)
         return plan
 
-    def _check_start(self, plan: Plan, tenant: Any, context: Any) -> None:
+    def _check_start(self, plan: Plan, tenant: Any, context: Any) -> dict[str, JsonValue]:
+        """The context a run of ``plan`` starts with (defaults applied), or the refusal."""
         where = f"start of {plan.name}"
         if not isinstance(tenant, str) or not TENANT_PATTERN.fullmatch(tenant):
             why = f"tenant {tenant!r} must match {TENANT_PATTERN.pattern}"
@@ -367,7 +386,7 @@ class Engine:
             raise ValidationError(where, [FieldViolation("context", str(exc))]) from None
         ref = plan.context_contract
         if ref is None or self.catalog is None:
-            return
+            return doc
         contract = self.catalog.message(ref)
         if contract is None:
             why = f"context contract {ref} is not in the catalog"
@@ -375,6 +394,7 @@ class Engine:
         result = Validator.for_contract(contract).validate(doc)
         if not result.ok:
             raise ValidationError(f"{where}: context contract {ref}", result.violations)
+        return dict(result.value)
 
     async def cancel(self, run_id: str, reason: str = "", by: str = "operator") -> Delivered:
         return await self.deliver(CancelRequested(run_id=run_id, reason=reason, by=by))
@@ -490,6 +510,8 @@ class Engine:
             if self._dispatch and not self.dispatcher.has_sink:
                 # nobody here would read them: the dispatcher would mark them done unseen
                 commit = without_telemetry(commit)
+            if self.claims is not None:
+                commit = await check_in_jobs(commit, self.claims)
             messages: list[QueuedMessage] = []
             try:
                 if self._joint is None:

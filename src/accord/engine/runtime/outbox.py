@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from accord.canonical import canonical_json
 from accord.engine.machine.effects import (
     CancelTimer,
     DispatchJob,
@@ -36,12 +37,14 @@ from accord.engine.machine.effects import (
 )
 from accord.engine.machine.state import RunState
 from accord.engine.ports import Commit, JsonDict, OutboxEntry, Timer
+from accord.generated.cancellation_requested_v1 import CancellationRequestedV1
 
 __all__ = [
     "CONTROL_QUEUE",
     "build_commit",
     "cancelled_job",
     "changed_index",
+    "control_body",
     "control_queue",
     "entry_for",
     "timer_for",
@@ -75,6 +78,24 @@ def entry_for(run_id: str, effect: Effect, now_ms: int) -> OutboxEntry | None:
         payload = effect_to_json(effect) | {"run_id": run_id, "at_ms": now_ms}
         return OutboxEntry(effect.event_id, run_id, "telemetry", payload, now_ms)
     return None
+
+
+def control_body(payload: Mapping[str, object]) -> bytes:
+    """The ``cancellation-requested@1`` message a cancel entry is published as, built through
+    its generated binding from the entry's payload (the effect as the store keeps it: its
+    ``job_id`` is the message's ``jobId``)."""
+    request = CancellationRequestedV1.model_validate(
+        {
+            "kind": RequestCancellation.kind,
+            "jobId": payload.get("job_id"),
+            "queue": payload.get("queue"),
+            "stage": payload.get("stage"),
+            "attempt": payload.get("attempt"),
+            "fence": payload.get("fence"),
+            **({"reason": payload["reason"]} if payload.get("reason") else {}),
+        }
+    )
+    return canonical_json(request.model_dump(exclude_unset=True))
 
 
 def withdrawal(entry: OutboxEntry) -> tuple[str, str] | None:

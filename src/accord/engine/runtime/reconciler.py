@@ -125,7 +125,7 @@ class Reconciler:
         active = False
         for stage in run.stages.values():
             current = stage.current
-            if stage.status == "retry-scheduled":
+            if stage.status in ("retry-scheduled", "waiting"):  # waiting: an approval gate
                 active = True
             if current is None or current.status not in ACTIVE_ATTEMPT:
                 continue

@@ -24,6 +24,13 @@ start, and spending its delivery budget would only dead-letter it later. Request
 answer before publishing check the same things first (``accord runs start`` does, against the
 store).
 
+**Admission.** A request the engine could start goes through
+:class:`~accord.engine.runtime.admission.Admission` (``governance="declared"``): plan active,
+budgets, live capabilities, and owner and review date where the plan declares an owner. A refusal
+is an answer, not a bad message: it is recorded in the store (status ``admission-refused``, with
+the run id the request names and every reason) and the request is acknowledged, so
+``accord runs start`` finds the refusal under its run id and exits 1 with the reasons.
+
 **Platform actions.** The engine that starts a run runs its first action stages, and whichever
 engine commits a later transition runs the next ones, so an engine must not start a run whose
 plan names an action it has no handler for: the run would fail at once with
@@ -45,6 +52,7 @@ from pydantic import ValidationError as ModelError
 
 from accord.contracts.model import MessageContract
 from accord.engine.ports import Delivery, Transport
+from accord.engine.runtime.admission import Admission
 from accord.engine.runtime.consumer import QueueConsumer
 from accord.engine.runtime.holding import Hold
 from accord.engine.runtime.wire import (
@@ -156,6 +164,8 @@ class RunRequests(QueueConsumer):
         self.quarantined: list[dict[str, Any]] = []
         self.started = 0  # runs this engine started from requests
         self.answered = 0  # requests answered with a run that already existed
+        self.refused = 0  # requests admission refused (each refusal recorded in the store)
+        self.admission = Admission(engine, governance="declared")
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # and its users
         self._task: asyncio.Task[None] | None = None
         self._stop = False
@@ -200,12 +210,21 @@ class RunRequests(QueueConsumer):
             raise _Elsewhere(
                 f"engine {engine.owner} has no handler for action(s) {', '.join(missing)}"
             )
+        context = dict(request.context or {})
         try:
-            await engine.start_run(
-                request.workflow, dict(request.context or {}), request.tenant, run_id=run_id
-            )
+            await engine.check_start(plan.digest, context, request.tenant)
         except ValidationError as exc:
             raise _Refused(str(exc)) from None
+        decision = await self.admission.start(
+            plan.digest, context, request.tenant, requester=request.requester, run_id=run_id,
+            record={"workflow": request.workflow, "idempotencyKey": request.idempotencyKey,
+                    "queue": self.queue},
+        )  # fmt: skip
+        if not decision.admitted:  # an answer, recorded by admission; the request is settled
+            self.refused += 1
+            log.warning("run request %s refused by admission: %s", run_id,
+                        "; ".join(f"{r.code}: {r.message}" for r in decision.reasons))  # fmt: skip
+            return
         run = await engine.load(run_id)
         if run is None or run.plan_digest != plan.digest:  # another engine's request won the race
             await self._answered(request, run_id)

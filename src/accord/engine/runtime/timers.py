@@ -30,6 +30,7 @@ _KINDS: dict[JsonValue, TimerKind] = {
     "heartbeat": "heartbeat",
     "run": "run",
     "retry": "retry",
+    "approval": "approval",
 }
 
 

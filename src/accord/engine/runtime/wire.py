@@ -15,10 +15,13 @@ names the worker), ``stage-heartbeat`` (``{at}``), ``progress`` (``{percent, mes
 ``stage-failed`` (``{code, message, retryable}``), and for ``succeeded`` the stage's result
 contract, ``contractVersion`` being the job's ``resultSchemaVersion``. An outcome's id derives
 from the id of the job it answers (:func:`outcome_id`), so a redelivered job yields the same ids.
-The worker SDK builds envelopes with :func:`encode_outcome`; intake reads them with
-:func:`parse_delivery` / :func:`outcome_event`, which also read outcomes written before the
-contract (no ``contractVersion``, ``correlationId``, ``causationId``, ``producer`` or
-``occurredAt``) for as long as such messages may still be queued.
+Both sides go through the generated bindings (``accord.generated``), never a field list of their
+own: the worker SDK builds envelopes with :func:`encode_outcome` (``OutcomeV1`` and the payload
+model), and intake reads them with :func:`parse_delivery` / :func:`outcome_event` through the
+same models, refusing (quarantining) an envelope or a payload that breaks its contract. Outcomes
+written before the contract (no ``contractVersion``, ``correlationId``, ``causationId``,
+``producer`` or ``occurredAt``) are put in the contract's shape first and read the same way, for
+as long as such messages may still be queued.
 
 **Batches.** Several outcomes may travel as one ``outcome-batch@1`` message (:func:`encode_batch`)::
 
@@ -36,13 +39,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import re
 import time
 from array import array
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
 
@@ -88,9 +89,9 @@ __all__ = [
     "STAGE",
     "TENANT",
     "WORKER_ID",
+    "InvalidOutcome",
     "MalformedOutcome",
     "UndecodableJson",
-    "check_contract",
     "decode_json",
     "encode_batch",
     "encode_outcome",
@@ -100,14 +101,11 @@ __all__ = [
     "outcome_message_id",
     "parse_delivery",
     "parse_outcome",
-    "payload_violations",
     "quarantine_message",
     "quarantine_queue",
     "quarantine_record",
     "read_quarantine",
 ]
-
-log = logging.getLogger("accord.engine.intake")
 
 # the envelope's field names
 MESSAGE_ID = "messageId"
@@ -141,6 +139,10 @@ _NESTING_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 and -1 as si
 
 class MalformedOutcome(ValueError):
     """The delivery is not an outcome envelope; ``str()`` is the reason recorded."""
+
+
+class InvalidOutcome(ValueError):
+    """An outcome a builder was asked for breaks its contract; ``str()`` names the field."""
 
 
 def _deeper(raw: bytes, max_depth: int) -> bool:
@@ -207,13 +209,16 @@ def encode_outcome(
     causation_id: str | None = None,
     producer: str | None = None,
     occurred_at_ms: int | None = None,
-    **extra: Any,
 ) -> bytes:
-    """The canonical body of one ``outcome@1`` envelope (``extra``: further top-level fields).
+    """The canonical body of one ``outcome@1`` envelope, built through the generated bindings
+    (``OutcomeV1`` and the payload model ``kind`` selects), so that nothing the builder writes can
+    break the contract intake reads it with; raises :class:`InvalidOutcome` naming the field
+    otherwise.
 
     ``contract_version`` is the payload contract's version (for ``succeeded``, the job's
-    ``resultSchemaVersion``); ``causation_id`` defaults to the job id ``message_id`` answers,
-    ``producer`` to ``worker_id`` (else :data:`DEFAULT_PRODUCER`), the time to now."""
+    ``resultSchemaVersion``: the stage's result contract, checked by the worker against the
+    catalogue before it answers); ``causation_id`` defaults to the job id ``message_id``
+    answers, ``producer`` to ``worker_id`` (else :data:`DEFAULT_PRODUCER`), the time to now."""
     at_ms = int(time.time() * 1000) if occurred_at_ms is None else occurred_at_ms
     doc: dict[str, Any] = {
         MESSAGE_ID: message_id,
@@ -232,7 +237,16 @@ def encode_outcome(
     }
     if worker_id is not None:
         doc[WORKER_ID] = worker_id
-    doc.update(extra)
+    ref = "outcome@1"
+    try:  # the bindings check the document as it will be written, which is then written as is
+        if kind != "succeeded":
+            ref, model = _payload_model(kind, contract_version)
+            model.model_validate(doc[PAYLOAD])
+            ref = "outcome@1"
+        OutcomeV1.model_validate(doc)
+    except (ModelError, MalformedOutcome) as exc:
+        reason = _model_reason(ref, exc) if isinstance(exc, ModelError) else str(exc)
+        raise InvalidOutcome(f"cannot build a {kind!r} outcome: {reason}") from None
     return canonical_json(doc)
 
 
@@ -250,13 +264,6 @@ def encode_batch(members: Sequence[tuple[str, bytes]]) -> tuple[str, bytes]:
 
 
 # -- reading ----------------------------------------------------------------------------------
-
-
-def _field(doc: Mapping[str, Any], key: str, kind: type) -> Any:
-    value = doc.get(key)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise MalformedOutcome(f"field {key!r} must be {kind.__name__}")
-    return value
 
 
 # -- validation: nothing that reaches the machine may fail to be stored ------------------------
@@ -359,110 +366,135 @@ PAYLOAD_MODELS: dict[tuple[str, int], tuple[str, type[BaseModel]]] = {
 }
 
 
-def _model_reason(ref: str, exc: ModelError, prefix: str = "") -> str:
+def _payload_model(kind: str, version: int) -> tuple[str, type[BaseModel]]:
+    found = PAYLOAD_MODELS.get((kind, version))
+    if found is None:
+        raise MalformedOutcome(f"no payload contract for a {kind!r} outcome at version {version}")
+    return found
+
+
+def _model_reason(ref: str, exc: ModelError, prefix: str = "", given: Collection[str] = ()) -> str:
     """The first failures of a binding's check: ``not a valid outcome@1 message: field 'a.b':
-    ...``, paths spelled as the other refusals spell them."""
+    ...``, paths spelled as the other refusals spell them; failures of the fields in ``given``
+    (those the document carried) only, when there are any: a field filled in for an outcome of
+    the old format is never blamed for it."""
+    errors = exc.errors()
+    theirs = [e for e in errors if e["loc"] and e["loc"][0] in given]
     said = []
-    for err in exc.errors()[:3]:
+    for err in (theirs or errors)[:3]:
         where = ".".join(str(p) for p in (*([prefix] if prefix else []), *err["loc"]))
         said.append(f"field {where!r}: {err['msg']}" if where else str(err["msg"]))
     return f"not a valid {ref} message: " + "; ".join(said)
 
 
-payload_violations: Counter[str] = Counter()  # payload contract -> outcomes that broke it
+def _legacy_payload(kind: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """A payload written before the payload contracts, as the reader of that time took it:
+    accepted and heartbeat payloads were never read; a failure's ``code`` defaulted to
+    ``failed`` and ``retryable`` to false; a progress report's ``percent`` was any number and its
+    note any text. What that reader refused (a ``retryable`` that is not a boolean, a
+    ``percent`` that is not a number) stays as it came, for the contract to refuse."""
+    if kind in ("accepted", "heartbeat"):
+        return {}
+    if kind == "failed":
+        code = payload.get("code", "failed")
+        return {
+            "code": (str(code) or "failed")[:MAX_ID_CHARS],
+            "message": str(payload.get("message", ""))[:2000],
+            "retryable": payload.get("retryable", False),
+        }
+    if kind == "progress":
+        percent = payload.get("percent", 0)
+        if isinstance(percent, int | float) and not isinstance(percent, bool):
+            finite = math.isfinite(percent) if isinstance(percent, float) else abs(percent) <= 2**53
+            percent = float(min(max(percent, 0), 100)) if finite else percent
+        return {"percent": percent, "message": str(payload.get("message", ""))[:500]}
+    return payload
 
 
-def check_contract(doc: dict[str, Any]) -> None:
-    """Check an outcome that declares its contract (``contractVersion``) against ``outcome@1``
-    through the generated binding; raises :class:`MalformedOutcome` naming the failing fields.
-
-    The payload is checked against the contract its kind selects in shadow mode: a violation is
-    counted in :data:`payload_violations` and logged, never refused, while producers written
-    before the payload contracts may still be running (intake reads only the payload fields
-    :func:`outcome_event` checks by name). An outcome without ``contractVersion`` was written
-    before the contract and is read as it always was."""
-    try:
-        OutcomeV1.model_validate(doc)
-    except ModelError as exc:
-        raise MalformedOutcome(_model_reason("outcome@1", exc)) from None
-    kind, version = doc[MESSAGE_TYPE], doc[CONTRACT_VERSION]
-    if kind == "succeeded":
-        return
-    found = PAYLOAD_MODELS.get((kind, version))
-    if found is None:
-        raise MalformedOutcome(f"no payload contract for a {kind!r} outcome at version {version}")
-    ref, model = found
-    try:
-        model.model_validate(doc[PAYLOAD])
-    except ModelError as exc:
-        payload_violations[ref] += 1
-        if payload_violations[ref] == 1:  # once per contract: a fleet repeats itself
-            log.warning("outcome %s: %s", doc[MESSAGE_ID], _model_reason(ref, exc, PAYLOAD))
+def _as_contract(doc: dict[str, Any]) -> dict[str, Any]:
+    """An outcome written before ``outcome@1`` (no ``contractVersion``) in the contract's shape,
+    so that one reader takes both formats for as long as old messages may be queued (the
+    retention window of ``schemas/contracts/outcome.v1.yaml``): the envelope fields it lacks are
+    filled from its own (``correlationId`` the run id, ``causationId`` the job its id answers,
+    ``producer`` its worker or :data:`DEFAULT_PRODUCER`, ``occurredAt`` the time it is read), an
+    integer fence becomes text and the payload is read as its reader read it
+    (:func:`_legacy_payload`). Everything else is left for the contract to judge."""
+    kind, mid, worker = doc.get(MESSAGE_TYPE), doc.get(MESSAGE_ID), doc.get(WORKER_ID)
+    fence, payload = doc.get(FENCE), doc.get(PAYLOAD, {})
+    filled = {
+        CONTRACT_VERSION: 1,
+        CORRELATION_ID: doc.get(RUN_ID),
+        CAUSATION_ID: job_id_of(mid, kind)
+        if isinstance(mid, str) and isinstance(kind, str)
+        else mid,
+        PRODUCER: worker if isinstance(worker, str) and worker else DEFAULT_PRODUCER,
+        OCCURRED_AT: iso_ms(int(time.time() * 1000)),
+        TENANT: "",
+    }
+    out = filled | doc
+    if isinstance(fence, int) and not isinstance(fence, bool):
+        out[FENCE] = str(fence)
+    if isinstance(payload, dict):
+        out[PAYLOAD] = _legacy_payload(kind, payload)
+    return out
 
 
 def outcome_event(doc: Any) -> tuple[Event, dict[str, Any]]:
-    """The event one decoded outcome envelope reports; raises :class:`MalformedOutcome`.
+    """The event one decoded outcome envelope reports, read through the contracts: the envelope
+    through ``outcome@1``'s binding and the payload through the binding its kind selects (for
+    ``succeeded``, the stage's result contract, applied by the engine with the plan at hand).
+    Raises :class:`MalformedOutcome` naming the failing fields.
 
-    What canonical JSON cannot store (a lone surrogate, a control character in an id, a number
-    that is not finite) is refused first, by name; then an outcome that declares its contract is
-    checked against it (:func:`check_contract`)."""
+    On top of the contracts, what canonical JSON cannot store is refused by name: a control
+    character in an id, text that is not valid UTF-8 (a lone surrogate), a number that is not
+    finite. An outcome written before the contract is first put in its shape
+    (:func:`_as_contract`)."""
     if not isinstance(doc, dict):
         raise MalformedOutcome("outcome must be a JSON object")
-    kind = _field(doc, MESSAGE_TYPE, str)
+    for key, value in doc.items():  # named plainly, before a model says it less clearly
+        check_storable(value, key)
+    given = doc.keys()
+    if CONTRACT_VERSION not in doc:
+        doc = _as_contract(doc)
+    try:
+        envelope = OutcomeV1.model_validate(doc)
+    except ModelError as exc:
+        raise MalformedOutcome(_model_reason("outcome@1", exc, given=given)) from None
+    for name in (MESSAGE_ID, RUN_ID, STAGE, FENCE, TENANT):
+        _ident(getattr(envelope, name), name)
     ident: dict[str, Any] = {
-        "run_id": _ident(_field(doc, RUN_ID, str), RUN_ID),
-        "stage": _ident(_field(doc, STAGE, str), STAGE),
-        "attempt": _field(doc, ATTEMPT, int),
-        "message_id": _ident(_field(doc, MESSAGE_ID, str), MESSAGE_ID),
+        "run_id": envelope.runId,
+        "stage": envelope.stage,
+        "attempt": envelope.attempt,
+        "message_id": envelope.messageId,
+        "fence": envelope.fence,
     }
-    if not 0 <= ident["attempt"] <= MAX_ATTEMPT:
-        raise MalformedOutcome(f"field {ATTEMPT!r} must be between 0 and {MAX_ATTEMPT}")
-    fence = doc.get(FENCE)
-    if not isinstance(fence, str | int) or isinstance(fence, bool):
-        raise MalformedOutcome(f"field {FENCE!r} must be str")
-    ident["fence"] = _ident(str(fence), FENCE)
-    tenant = doc.get(TENANT, "")
-    if not isinstance(tenant, str):
-        raise MalformedOutcome(f"field {TENANT!r} must be str")
-    _ident(tenant, TENANT)  # checked against the run's by intake (a run never changes tenant)
-    payload = doc.get(PAYLOAD, {})
-    if not isinstance(payload, dict):
-        raise MalformedOutcome(f"field {PAYLOAD!r} must be object")
+    kind = envelope.messageType
+    if kind == "succeeded":
+        return StageSucceeded(**ident, result=envelope.payload), doc
+    ref, model = _payload_model(kind, envelope.contractVersion)
+    try:
+        payload = model.model_validate(envelope.payload)
+    except ModelError as exc:
+        raise MalformedOutcome(_model_reason(ref, exc, PAYLOAD)) from None
     event: Event
-    if kind == "accepted":
-        worker = _ident(str(doc.get(WORKER_ID, "")), WORKER_ID)
-        event = StageAccepted(**ident, worker_id=worker)
-    elif kind == "heartbeat":
-        event = HeartbeatReceived(**ident)
-    elif kind == "progress":
-        percent = payload.get("percent", 0)
-        if not isinstance(percent, int | float) or isinstance(percent, bool):
-            raise MalformedOutcome(f"field '{PAYLOAD}.percent' must be number")
-        if not (isinstance(percent, float) and math.isfinite(percent)) and not (
-            isinstance(percent, int) and abs(percent) <= 2**53
-        ):
-            raise MalformedOutcome(f"field '{PAYLOAD}.percent' must be a finite number")
-        note = _storable_text(str(payload.get("message", "")), "payload.message", MAX_TEXT_CHARS)
-        event = ProgressReported(**ident, progress=float(percent) / 100.0, note=note)
-    elif kind == "succeeded":
-        check_storable(payload, PAYLOAD)
-        event = StageSucceeded(**ident, result=payload)
-    elif kind == "failed":
-        retryable = payload.get("retryable", False)
-        if not isinstance(retryable, bool):
-            raise MalformedOutcome(f"field '{PAYLOAD}.retryable' must be bool")
-        event = StageFailed(
-            **ident,
-            retryable=retryable,
-            code=_ident(str(payload.get("code", "failed")), "payload.code"),
-            message=_storable_text(
-                str(payload.get("message", "")), "payload.message", MAX_TEXT_CHARS
-            ),
-        )
-    else:
-        raise MalformedOutcome(f"unknown {MESSAGE_TYPE} {kind!r}")
-    if CONTRACT_VERSION in doc:
-        check_contract(doc)
+    match payload:
+        case StageAcceptedV1():
+            event = StageAccepted(**ident, worker_id=_ident(envelope.workerId or "", WORKER_ID))
+        case StageHeartbeatV1():
+            event = HeartbeatReceived(**ident)
+        case ProgressV1(percent=percent, message=note):
+            note = _storable_text(note or "", "payload.message", MAX_TEXT_CHARS)
+            event = ProgressReported(**ident, progress=percent / 100.0, note=note)
+        case StageFailedV1(code=code, message=message, retryable=retryable):
+            event = StageFailed(
+                **ident,
+                retryable=retryable,
+                code=_ident(code, "payload.code"),
+                message=_storable_text(message, "payload.message", MAX_TEXT_CHARS),
+            )
+        case _:  # pragma: no cover - PAYLOAD_MODELS holds only the four above
+            raise MalformedOutcome(f"no reader for a {kind!r} outcome")
     return event, doc
 
 

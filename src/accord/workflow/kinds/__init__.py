@@ -14,6 +14,7 @@ kind          DSL ``type`` values     module
 ``decision``  ``decision``            :mod:`.decision` — CEL branches, ``"true"`` fallback last
 ``fork``      ``fork``                :mod:`.fork` — releases every branch at once
 ``join``      ``join``                :mod:`.join` — waits for its fork's branches
+``approval``  ``approval``            :mod:`.approval` — waits for people to approve or reject
 ============  ======================  =========================================================
 
 **Adding a kind** (say ``approval``): write ``kinds/approval.py`` (its ``Def`` and ``Stage``
@@ -30,7 +31,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias, assert_never, get_args
 
-from accord.workflow.kinds import decision, fork, join, task
+from accord.workflow.kinds import approval, decision, fork, join, task
+from accord.workflow.kinds.approval import ApprovalDef, ApprovalStage, Approvers
 from accord.workflow.kinds.base import StageKind
 from accord.workflow.kinds.decision import BranchDef, DecisionBranch, DecisionDef, DecisionStage
 from accord.workflow.kinds.fork import ForkDef, ForkStage
@@ -41,6 +43,9 @@ __all__ = [
     "KINDS",
     "TYPES",
     "AnyStage",
+    "ApprovalDef",
+    "ApprovalStage",
+    "Approvers",
     "BranchDef",
     "DecisionBranch",
     "DecisionDef",
@@ -58,10 +63,12 @@ __all__ = [
     "kind_of",
 ]
 
-KindName: TypeAlias = Literal["task", "decision", "fork", "join"]
+KindName: TypeAlias = Literal["task", "decision", "fork", "join", "approval"]
 
-AnyStage: TypeAlias = TaskDef | DecisionDef | ForkDef | JoinDef  # a stage as written
-Stage: TypeAlias = TaskStage | DecisionStage | ForkStage | JoinStage  # a stage as planned
+AnyStage: TypeAlias = TaskDef | DecisionDef | ForkDef | JoinDef | ApprovalDef  # as written
+Stage: TypeAlias = (  # a stage as planned
+    TaskStage | DecisionStage | ForkStage | JoinStage | ApprovalStage
+)
 
 
 def _registered(name: KindName) -> StageKind[Any, Any]:
@@ -74,6 +81,8 @@ def _registered(name: KindName) -> StageKind[Any, Any]:
             return fork.KIND
         case "join":
             return join.KIND
+        case "approval":
+            return approval.KIND
         case _:
             assert_never(name)
 
@@ -103,5 +112,7 @@ def kind_of(stage: AnyStage | Stage) -> StageKind[Any, Any]:
             return fork.KIND
         case JoinDef() | JoinStage():
             return join.KIND
+        case ApprovalDef() | ApprovalStage():
+            return approval.KIND
         case _:
             assert_never(stage)

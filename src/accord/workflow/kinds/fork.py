@@ -2,8 +2,8 @@
 
 A fork resolves inside the engine transition that reaches it. Its per-stage rules are here: at
 least two branches, at most :data:`~accord.workflow.limits.MAX_FAN_OUT`, each a stage, none listed
-twice. How branches, forks and joins fit together across the graph (one join per fork, no nested
-fork, no branch escape) is the graph layer's topology check, :mod:`accord.workflow.check_graph`,
+twice. How branches, forks and joins fit together across the graph (one join per fork, nesting,
+no branch escape) is the graph layer's topology check, :mod:`accord.workflow.check_graph`,
 because it relates stages of several kinds.
 
 Codes: ``schema-fan-out``; ``graph-unknown-target``, ``graph-duplicate-reference``.
@@ -83,7 +83,8 @@ def references(s: ForkDef, refs: References) -> None:
 def plan(s: ForkDef, at: Placement, r: Resolved) -> ForkStage:
     if at.matching is None:
         raise ValueError(f"fork {s.name!r} has no join")  # the graph layer refuses that
-    return ForkStage(s.name, s.branches, at.matching, line=at.line)
+    # a nested fork sits on a branch of the enclosing fork (``None`` for a top-level fork)
+    return ForkStage(s.name, s.branches, at.matching, fork=at.fork, branch=at.branch, line=at.line)
 
 
 def to_json(stage: ForkStage) -> dict[str, Any]:

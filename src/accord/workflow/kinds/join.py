@@ -110,6 +110,7 @@ def plan(s: JoinDef, at: Placement, r: Resolved) -> JoinStage:
         acceptable_terminal_states=s.acceptable_terminal_states,
         on_success=s.on_success,
         on_failure=s.on_failure,
+        branch=at.branch,  # the enclosing branch of a nested fork's join
         line=at.line,
     )
 

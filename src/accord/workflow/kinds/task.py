@@ -2,14 +2,19 @@
 platform capability the engine invokes). Both run a pinned capability with typed input, retry
 under a bounded policy and leave along ``on_success`` or ``on_failure``.
 
-Schema codes it reports: ``schema-payload-too-large`` and ``binding-*`` syntax codes, besides the
-reader's; type codes: ``type-queue-missing``, ``type-queue-mismatch`` (warning),
-``type-cache-not-cacheable``, ``type-retry-unknown-error`` and the input codes of
-:mod:`accord.workflow.check_inputs`.
+``compensate`` is a reference, or a map ``{action, retry, timeouts}`` that gives the compensation
+its own retry policy and clocks (:class:`ActionPolicy`; workflow ``finalisers`` take the same
+maps). ``evidence`` lists result field paths a success must carry (docs/approvals.md).
+
+Schema codes it reports: ``schema-payload-too-large``, ``schema-evidence-path`` and ``binding-*``
+syntax codes, besides the reader's; type codes: ``type-queue-missing``, ``type-queue-mismatch``
+(warning), ``type-cache-not-cacheable``, ``type-retry-unknown-error``,
+``type-evidence-unknown-field`` and the input codes of :mod:`accord.workflow.check_inputs`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,7 +23,7 @@ from accord.canonical import canonical_json
 from accord.contracts.yamlsource import Node
 from accord.workflow import limits
 from accord.workflow.bindings import BindingError, parse_input
-from accord.workflow.check_inputs import type_input
+from accord.workflow.check_inputs import type_input, walk
 from accord.workflow.kinds.base import (
     Arrow,
     Edge,
@@ -43,7 +48,29 @@ from accord.workflow.values import (
     value_to_json,
 )
 
-__all__ = ["KIND", "TaskDef", "TaskStage"]
+__all__ = [
+    "KIND",
+    "ActionPolicy",
+    "TaskDef",
+    "TaskStage",
+    "evidence_note",
+    "missing_evidence",
+    "policy_from_json",
+    "policy_to_json",
+    "read_action",
+    "read_actions",
+    "read_evidence",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ActionPolicy:
+    """The retry policy and clocks of an engine action that is not a stage: a compensation or a
+    finaliser written as a map (``{action, retry, timeouts}``). Written as a bare reference, it
+    has none: one attempt under the default clocks."""
+
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    timeouts: Timeouts = field(default_factory=Timeouts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +85,8 @@ class TaskDef(StageDef):
     timeouts: Timeouts = field(default_factory=Timeouts)
     cache: CachePolicy = field(default_factory=CachePolicy)
     compensate: str | None = None
+    compensate_policy: ActionPolicy | None = None
+    evidence: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +104,8 @@ class TaskStage:
     queue: str | None = None
     cache: CachePolicy = field(default_factory=CachePolicy)
     compensate: CapabilityPin | None = None
+    compensate_policy: ActionPolicy | None = None  # the compensation's own retries and clocks
+    evidence: tuple[str, ...] = ()  # result field paths a success must carry
     fork: str | None = None  # enclosing fork, when the stage is on a fork branch
     branch: str | None = None  # that branch's entry stage name
     line: int = field(default=0, compare=False)
@@ -93,6 +124,7 @@ _COMMON = {
     "execution_deadline_ms",
     "cache",
     "compensate",
+    "evidence",
 }
 FIELDS = {
     "worker": frozenset(_COMMON | {"worker", "queue"}),
@@ -127,6 +159,7 @@ def read(r: SchemaReader, node: Node, name: str, kind: str) -> TaskDef:
             enabled=r.boolean(cache_node, "enabled", name, False),
             ttl_ms=r.integer(cache_node, "ttl_ms", name, (0, limits.MAX_CACHE_TTL_MS), 0) or 0,
         )
+    compensate, compensate_policy = read_action(r, node, "compensate", name)
     return TaskDef(
         name,
         node,
@@ -139,8 +172,62 @@ def read(r: SchemaReader, node: Node, name: str, kind: str) -> TaskDef:
         retry=r.retry(node, name),
         timeouts=r.timeouts(node, name),
         cache=cache,
-        compensate=r.optional_ref(node, "compensate", name),
+        compensate=compensate,
+        compensate_policy=compensate_policy,
+        evidence=read_evidence(r, node, name),
     )
+
+
+def read_evidence(r: SchemaReader, node: Node, stage: str) -> tuple[str, ...]:
+    """``evidence``: result field paths (``receipt.id``) that a success must carry."""
+    paths = r.names(node, "evidence", stage, required=False)
+    for path in paths:
+        if not _PATH.match(path):
+            r.error_at(
+                "schema-evidence-path", f"{path!r} is not a field path (a.b.c)", node, "evidence",
+                stage,
+            )  # fmt: skip
+    for dupe in sorted({p for p in paths if paths.count(p) > 1}):
+        r.error_at("schema-evidence-path", f"{dupe!r} is listed twice", node, "evidence", stage)
+    return paths
+
+
+def evidence_note(owner: str, paths: tuple[str, ...], result: Mapping[str, Any] | None) -> str:
+    """``evidence of 'publish': catalogueId=cat-1, receipt.id=r-9`` (values cut at 80 chars)."""
+    shown = []
+    for path in paths:
+        value: Any = result or {}
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        text = value if isinstance(value, str) else canonical_json(value).decode("utf-8")
+        shown.append(f"{path}={text[:80]}")
+    who = owner if owner == "the run" else repr(owner)
+    return f"evidence of {who}: {', '.join(shown)}"
+
+
+def missing_evidence(paths: tuple[str, ...], result: Mapping[str, Any] | None) -> list[str]:
+    """The paths of ``paths`` that ``result`` lacks (absent or null)."""
+    missing = []
+    for path in paths:
+        value: Any = result or {}
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is None:
+            missing.append(path)
+    return missing
+
+
+def read_action(
+    r: SchemaReader, node: Node, key: str, stage: str
+) -> tuple[str | None, ActionPolicy | None]:
+    """``key`` as an action reference (``name@version``) or as a map ``{action, retry,
+    timeouts, execution_deadline_ms}`` giving the action its own retry policy and clocks."""
+    value = node.get(key)
+    if value is None or value.kind != "map":
+        return r.optional_ref(node, key, stage), None
+    r.closed(value, {"action", "retry", "timeouts", "execution_deadline_ms"}, stage)
+    ref = r.capability_ref(value, "action", stage)
+    return ref or None, ActionPolicy(retry=r.retry(value, stage), timeouts=r.timeouts(value, stage))
 
 
 def _rough_size(value: Any) -> int:
@@ -152,6 +239,34 @@ def _rough_size(value: Any) -> int:
     if isinstance(value, list):
         return sum(_rough_size(v) + 1 for v in value) + 2
     return 8
+
+
+def read_actions(
+    r: SchemaReader, node: Node, key: str
+) -> tuple[tuple[str, ...], tuple[ActionPolicy | None, ...]]:
+    """A list of actions (workflow ``finalisers``), each a reference or a map as
+    :func:`read_action` reads it."""
+    seq = r.child(node, key, "", kind="seq", required=False)
+    refs: list[str] = []
+    policies: list[ActionPolicy | None] = []
+    for item in seq.items if seq is not None else ():
+        if item.kind == "map":
+            r.closed(item, {"action", "retry", "timeouts", "execution_deadline_ms"}, "")
+            refs.append(r.capability_ref(item, "action", ""))
+            policies.append(ActionPolicy(retry=r.retry(item, ""), timeouts=r.timeouts(item, "")))
+            continue
+        if item.kind != "scalar" or not isinstance(item.value, str):
+            r.error_at("schema-type", f"{key!r} holds action references", item, None, "")
+            continue
+        if not _REF.match(item.value):
+            r.error_at("schema-capability-ref", f"{item.value!r} is not name@version", node, key)
+        refs.append(item.value)
+        policies.append(None)
+    return tuple(refs), tuple(policies)
+
+
+_REF = re.compile(r"^[a-z][a-z0-9._-]*@[1-9][0-9]*$")  # as the schema reader's
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
 # --- graph ----------------------------------------------------------------------------------
@@ -200,6 +315,12 @@ def resolve(ctx: TypeContext, s: TaskDef) -> None:
                 )
             )
     ctx.out.queues[s.name] = queue
+    result = ctx.catalog.message(cap.result)
+    for path in s.evidence:
+        _, problem = walk(result.payload if result is not None else None, tuple(path.split(".")))
+        if problem:
+            text = f"evidence {path!r}: {problem} in {cap.result}"
+            ctx.diags.append(s.diag("type-evidence-unknown-field", text, "evidence"))
     if s.cache.enabled and not cap.cacheable:
         ctx.diags.append(
             s.diag("type-cache-not-cacheable", f"{s.capability} is not cacheable", "cache")
@@ -245,45 +366,91 @@ def plan(s: TaskDef, at: Placement, r: Resolved) -> TaskStage:
         queue=r.queues.get(s.name),
         cache=s.cache,
         compensate=r.compensations.get(s.name),
+        compensate_policy=s.compensate_policy,
+        evidence=s.evidence,
         fork=at.fork,
         branch=at.branch,
         line=at.line,
     )
 
 
-def to_json(stage: TaskStage) -> dict[str, Any]:
-    r, t, c = stage.retry, stage.timeouts, stage.cache
+def _retry_json(r: RetryPolicy) -> dict[str, Any]:
     return {
+        "max_attempts": r.max_attempts,
+        "initial_backoff_ms": r.initial_backoff_ms,
+        "max_backoff_ms": r.max_backoff_ms,
+        "multiplier": r.multiplier,
+        "jitter": r.jitter,
+        "retry_on": list(r.retry_on),
+    }
+
+
+def _timeouts_json(t: Timeouts) -> dict[str, Any]:
+    return {
+        "queue_deadline_ms": t.queue_deadline_ms,
+        "execution_deadline_ms": t.execution_deadline_ms,
+        "heartbeat_timeout_ms": t.heartbeat_timeout_ms,
+    }
+
+
+def _retry_from(r: Mapping[str, Any]) -> RetryPolicy:
+    return RetryPolicy(
+        max_attempts=r["max_attempts"],
+        initial_backoff_ms=r["initial_backoff_ms"],
+        max_backoff_ms=r["max_backoff_ms"],
+        multiplier=r["multiplier"],
+        jitter=r["jitter"],
+        retry_on=tuple(r["retry_on"]),
+    )
+
+
+def _timeouts_from(t: Mapping[str, Any]) -> Timeouts:
+    return Timeouts(
+        queue_deadline_ms=t["queue_deadline_ms"],
+        execution_deadline_ms=t["execution_deadline_ms"],
+        heartbeat_timeout_ms=t["heartbeat_timeout_ms"],
+    )
+
+
+def policy_to_json(policy: ActionPolicy | None) -> dict[str, Any] | None:
+    if policy is None:
+        return None
+    return {"retry": _retry_json(policy.retry), "timeouts": _timeouts_json(policy.timeouts)}
+
+
+def policy_from_json(doc: Mapping[str, Any] | None) -> ActionPolicy | None:
+    if doc is None:
+        return None
+    return ActionPolicy(retry=_retry_from(doc["retry"]), timeouts=_timeouts_from(doc["timeouts"]))
+
+
+def to_json(stage: TaskStage) -> dict[str, Any]:
+    c = stage.cache
+    doc: dict[str, Any] = {
         "capability": pin_to_json(stage.capability),
         "queue": stage.queue,
         "input": {k: value_to_json(v) for k, v in stage.input.items()},
         "on_success": stage.on_success,
         "on_failure": stage.on_failure,
-        "retry": {
-            "max_attempts": r.max_attempts,
-            "initial_backoff_ms": r.initial_backoff_ms,
-            "max_backoff_ms": r.max_backoff_ms,
-            "multiplier": r.multiplier,
-            "jitter": r.jitter,
-            "retry_on": list(r.retry_on),
-        },
-        "timeouts": {
-            "queue_deadline_ms": t.queue_deadline_ms,
-            "execution_deadline_ms": t.execution_deadline_ms,
-            "heartbeat_timeout_ms": t.heartbeat_timeout_ms,
-        },
+        "retry": _retry_json(stage.retry),
+        "timeouts": _timeouts_json(stage.timeouts),
         "cache": {"enabled": c.enabled, "ttl_ms": c.ttl_ms},
         "compensate": pin_to_json(stage.compensate),
         "fork": stage.fork,
         "branch": stage.branch,
     }
+    if stage.compensate_policy is not None:  # written only when set: earlier plans keep digests
+        doc["compensate_policy"] = policy_to_json(stage.compensate_policy)
+    if stage.evidence:  # likewise
+        doc["evidence"] = list(stage.evidence)
+    return doc
 
 
 def from_json(doc: Mapping[str, Any], line: int) -> TaskStage:
     cap = pin_from_json(doc["capability"])
     if cap is None:
         raise ValueError(f"task stage {doc['name']!r} has no capability")
-    r, t, c = doc["retry"], doc["timeouts"], doc["cache"]
+    c = doc["cache"]
     return TaskStage(
         name=doc["name"],
         type="worker" if doc["type"] == "worker" else "action",
@@ -292,21 +459,12 @@ def from_json(doc: Mapping[str, Any], line: int) -> TaskStage:
         input={k: value_from_json(v) for k, v in doc["input"].items()},
         on_success=doc["on_success"],
         on_failure=doc["on_failure"],
-        retry=RetryPolicy(
-            max_attempts=r["max_attempts"],
-            initial_backoff_ms=r["initial_backoff_ms"],
-            max_backoff_ms=r["max_backoff_ms"],
-            multiplier=r["multiplier"],
-            jitter=r["jitter"],
-            retry_on=tuple(r["retry_on"]),
-        ),
-        timeouts=Timeouts(
-            queue_deadline_ms=t["queue_deadline_ms"],
-            execution_deadline_ms=t["execution_deadline_ms"],
-            heartbeat_timeout_ms=t["heartbeat_timeout_ms"],
-        ),
+        retry=_retry_from(doc["retry"]),
+        timeouts=_timeouts_from(doc["timeouts"]),
         cache=CachePolicy(enabled=c["enabled"], ttl_ms=c["ttl_ms"]),
         compensate=pin_from_json(doc.get("compensate")),
+        compensate_policy=policy_from_json(doc.get("compensate_policy")),
+        evidence=tuple(doc.get("evidence", ())),
         fork=doc.get("fork"),
         branch=doc.get("branch"),
         line=line,

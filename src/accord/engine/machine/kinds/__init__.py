@@ -8,6 +8,7 @@ kind            what reaching a stage of the kind does (:mod:`.base` has the con
 ``decision``    :mod:`.decision` — evaluate the branches, leave along the first that holds
 ``fork``        :mod:`.fork` — complete, then release every branch
 ``join``        :mod:`.join` — record the arrival; leave once every required branch arrived
+``approval``    :mod:`.approval` — wait (durably, with a timeout timer) for people to decide
 ==============  ===========================================================================
 
 :func:`handler_of` is the only way the machine finds a kind's handler. A kind the compiler knows
@@ -21,7 +22,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, assert_never, get_args
 
-from accord.engine.machine.kinds import decision, fork, join, task
+from accord.engine.machine.kinds import approval, decision, fork, join, task
 from accord.engine.machine.kinds.base import Handler, Moves
 from accord.errors import EngineError
 from accord.workflow.kinds import KindName
@@ -39,6 +40,8 @@ def _registered(name: KindName) -> Handler[Any]:
             return fork.HANDLER
         case "join":
             return join.HANDLER
+        case "approval":
+            return approval.HANDLER
         case _:
             assert_never(name)
 

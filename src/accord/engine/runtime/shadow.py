@@ -1,0 +1,249 @@
+"""Shadow runs: replay the recorded inputs of completed runs through a new plan, every effect off.
+
+For each recorded run, :func:`shadow_run` first folds its history through the plans it ran on,
+noting every call the machine asked for (stage, capability, bound input) and the outcome each
+attempt reported. It then starts the same run — same context, tenant and requester — on the new
+plan with the pure machine alone: nothing is published, invoked or stored. Each call the new plan
+makes is answered from the recorded outcomes when the same stage called the same capability
+(name and version) with the same input, attempt by attempt (so recorded retries replay as
+retries, their retry timers fired at their due time); a recorded approval gate's decisions are
+given again to the gate of the same name. Any other call is *would dispatch*: it stays
+unanswered, and the shadow run goes on only where it does not wait for it. The result is a
+:class:`~accord.workflow.shadow.Trace` of each side and their divergences
+(:func:`accord.workflow.shadow.compare`).
+
+:func:`shadow` does this for the newest ``runs`` completed runs of the workflow's active version
+in a store and returns the :class:`~accord.workflow.shadow.Report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from accord.canonical import canonical_json
+from accord.engine.machine import apply
+from accord.engine.machine.effects import DispatchJob, Effect, InvokeAction, ScheduleTimer
+from accord.engine.machine.events import (
+    ApprovalDecided,
+    Event,
+    PoisonReported,
+    RunStarted,
+    StageFailed,
+    StageSucceeded,
+    TimerFired,
+    event_from_json,
+)
+from accord.engine.machine.state import RunState
+from accord.engine.ports import Store
+from accord.errors import EngineError
+from accord.workflow.activation import load_plan
+from accord.workflow.plan import Plan
+from accord.workflow.shadow import Call, Report, RunReport, Trace, compare
+
+__all__ = ["shadow", "shadow_run"]
+
+_STEPS = 2_000  # events one shadow run may take (a guard against a plan that loops)
+_OUTCOMES = (StageSucceeded, StageFailed, PoisonReported)
+JsonDict = dict[str, Any]
+
+
+def _call(effect: DispatchJob | InvokeAction) -> tuple[Call, int, str]:
+    env = effect.envelope
+    call = Call(str(env["stage"]), effect.capability, canonical_json(env["payload"]).decode())
+    return call, int(env["attempt"]), str(env["fence"])
+
+
+def _jobs(effects: Sequence[Effect]) -> list[DispatchJob | InvokeAction]:
+    return [e for e in effects if isinstance(e, DispatchJob | InvokeAction)]
+
+
+def _decisions(plan: Plan, run: RunState) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for edge in run.released:
+        source, _, target = edge.partition("->")
+        if plan.has_stage(source) and plan.stage(source).type == "decision":
+            out[source] = target
+    return out
+
+
+class _Recorded:
+    """What a recorded run did: its trace, each call's outcomes by attempt, gate decisions."""
+
+    def __init__(self, plans: Mapping[str, Plan], history: Sequence[JsonDict]) -> None:
+        run: RunState | None = None
+        calls: list[Call] = []
+        by_attempt: dict[tuple[str, int], Call] = {}
+        outcomes: dict[Call, list[JsonDict]] = defaultdict(list)
+        self.decided: dict[str, list[JsonDict]] = defaultdict(list)
+        self.start: RunStarted | None = None
+        plan: Plan | None = None
+        for entry in history:
+            event = event_from_json(entry["event"])
+            if isinstance(event, RunStarted):
+                self.start = event
+            digest = run.plan_digest if run is not None else getattr(event, "plan_digest", "")
+            plan = plans.get(digest)
+            if plan is None:
+                raise EngineError(f"plan {digest} of the recorded run is not stored")
+            t = apply(plan, run, event)
+            run = t.run
+            if not entry["accepted"]:
+                continue
+            for job in _jobs(t.effects):
+                call, attempt, _ = _call(job)
+                calls.append(call)
+                by_attempt[(call.stage, attempt)] = call
+            if isinstance(event, _OUTCOMES):
+                made = by_attempt.get((event.stage, event.attempt))
+                if made is not None:
+                    outcomes[made].append(entry["event"])
+            if isinstance(event, ApprovalDecided):
+                self.decided[event.stage].append(entry["event"])
+        if run is None or plan is None or self.start is None:
+            raise EngineError("the recorded run has no history")
+        self.run = run
+        self.outcomes: Mapping[Call, list[JsonDict]] = outcomes
+        self.trace = Trace(
+            status=run.status,
+            released=frozenset(run.released),
+            decisions=_decisions(plan, run),
+            calls=tuple(calls),
+        )
+
+    def why_not(self, call: Call) -> str:
+        same_stage = [c for c in self.outcomes if c.stage == call.stage]
+        if not same_stage:
+            return "the recorded run never called this stage"
+        if all(c.capability != call.capability for c in same_stage):
+            was = ", ".join(sorted({c.capability for c in same_stage}))
+            return f"the recorded run called {was}"
+        return "its input differs from the recorded call's"
+
+
+def _entropy(run_id: str, n: int) -> str:
+    return hashlib.sha256(f"shadow:{run_id}:{n}".encode()).hexdigest()[:32]
+
+
+def shadow_run(
+    new: Plan, plans: Mapping[str, Plan], history: Sequence[JsonDict]
+) -> tuple[Trace, Trace]:
+    """The recorded trace of one run's ``history`` and the trace of the same run on ``new``."""
+    rec = _Recorded(plans, history)
+    assert rec.start is not None
+    start = dataclasses.replace(
+        rec.start,
+        plan_digest=new.digest,
+        contracts=dict(new.contracts),
+        admission={"digest": new.digest, "reason": "shadow"},
+    )
+    now = start.at_ms
+    n = 0
+    t = apply(new, None, start)
+    run = t.run
+    todo = _jobs(t.effects)
+    retries: dict[str, ScheduleTimer] = {}
+    calls: list[Call] = []
+    unanswered: list[tuple[Call, str]] = []
+    used: dict[Call, int] = defaultdict(int)
+    gates_given: set[str] = set()
+    _track(t.effects, retries)
+
+    def step(event: Event) -> None:
+        nonlocal run, n, now
+        n += 1
+        now += 1
+        stamped = dataclasses.replace(event, at_ms=now, entropy=_entropy(run.run_id, n))
+        tr = apply(new, run, stamped)
+        run = tr.run
+        _track(tr.effects, retries)
+        todo.extend(_jobs(tr.effects))
+
+    while n < _STEPS and not run.terminal:
+        if todo:
+            job = todo.pop(0)
+            call, attempt, fence = _call(job)
+            calls.append(call)
+            answers = rec.outcomes.get(call)
+            if not answers:
+                unanswered.append((call, rec.why_not(call)))
+                continue
+            doc = dict(answers[min(used[call], len(answers) - 1)])
+            used[call] += 1
+            doc.update(attempt=attempt, fence=fence, at_ms=0, entropy="")
+            step(event_from_json(doc))
+            continue
+        waiting = [
+            g for g, s in run.stages.items() if s.status == "waiting" and g not in gates_given
+        ]
+        if waiting:
+            gate = sorted(waiting)[0]
+            gates_given.add(gate)
+            for doc in rec.decided.get(gate, ()):
+                step(event_from_json({**doc, "at_ms": 0, "entropy": ""}))
+            continue
+        if retries:
+            timer = min(retries.values(), key=lambda x: x.due_at_ms)
+            del retries[timer.timer_id]
+            now = max(now, timer.due_at_ms)
+            fired = TimerFired(
+                run_id=run.run_id,
+                timer=timer.timer,
+                timer_id=timer.timer_id,
+                stage=timer.stage,
+                attempt=timer.attempt,
+                fence=timer.fence,
+            )
+            step(fired)
+            continue
+        break
+    binding = {
+        name: str(st.error["code"])
+        for name, st in run.stages.items()
+        if st.error and str(st.error.get("code", "")).startswith("binding-")
+    }
+    shadow_trace = Trace(
+        status=run.status if run.terminal else "incomplete",
+        released=frozenset(run.released),
+        decisions=_decisions(new, run),
+        calls=tuple(calls),
+        unanswered=tuple(unanswered),
+        binding_errors=binding,
+    )
+    return rec.trace, shadow_trace
+
+
+def _track(effects: Sequence[Effect], retries: dict[str, ScheduleTimer]) -> None:
+    for e in effects:
+        if isinstance(e, ScheduleTimer) and e.timer == "retry":
+            retries[e.timer_id] = e
+
+
+async def _plans_of(store: Store, history: Sequence[JsonDict], known: dict[str, Plan]) -> None:
+    for entry in history:
+        event = entry["event"]
+        for key in ("plan_digest", "to_digest"):
+            digest = event.get(key)
+            if isinstance(digest, str) and digest and digest not in known:
+                known[digest] = await load_plan(store, digest)
+
+
+async def shadow(store: Store, new: Plan, runs: int, *, scan: int = 10_000) -> Report:
+    """Shadow the newest ``runs`` completed runs of ``new``'s workflow's active version."""
+    active = await store.get_active(new.name)
+    if active is None:
+        raise EngineError(f"{new.name} has no active version to shadow")
+    rows = await store.list_runs(limit=scan, workflow=new.name, status="completed")
+    chosen = [r for r in rows if r.state.get("plan_digest") == active][:runs]
+    plans: dict[str, Plan] = {new.digest: new}
+    reports: list[RunReport] = []
+    for row in sorted(chosen, key=lambda r: r.run_id):
+        history = await store.history(row.run_id)
+        await _plans_of(store, history, plans)
+        recorded, shadowed = shadow_run(new, plans, history)
+        divergences = tuple(compare(recorded, shadowed))
+        reports.append(RunReport(row.run_id, recorded.status, shadowed.status, divergences))
+    return Report(new.name, active, new.digest, tuple(reports))

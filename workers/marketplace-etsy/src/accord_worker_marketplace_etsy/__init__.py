@@ -1,0 +1,1 @@
+"""Accord's Etsy connector: prepare a listing from a model's derived results, publish it once."""
