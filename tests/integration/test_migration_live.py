@@ -23,7 +23,7 @@ from accord.cli.workflow import compile_file
 from accord.contracts.catalog import Catalog
 from accord.contracts.fixture_values import message_of
 from accord.contracts.sources import load_catalog
-from accord.engine.machine.migrate import replay_across
+from accord.engine.machine.replay import replay_across
 from accord.engine.machine.state import HistoryEntry, RunState
 from accord.engine.runtime.actions import ActionContext, ActionHandler
 from accord.engine.runtime.checks import contract_result_check

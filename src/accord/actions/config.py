@@ -20,6 +20,7 @@ from typing import Any
 from accord.actions.cache import ResultCache
 from accord.contracts.catalog import Catalog
 from accord.contracts.validate import Validator
+from accord.objects.ports import ObjectStore
 
 __all__ = ["CACHED_CAPABILITIES", "PlatformConfig", "RunLoader", "default_locator", "params_for"]
 
@@ -57,6 +58,7 @@ class PlatformConfig:
     ttl_ms: int = 7 * 24 * 3_600_000
     cached: tuple[str, ...] = CACHED_CAPABILITIES
     now_ms: Callable[[], int] | None = None
+    cache_store: ObjectStore | None = None  # None: the folder STATE/cache
     _cache: ResultCache | None = field(default=None, repr=False)
     _digests: dict[tuple[str, int, int], str] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -64,9 +66,11 @@ class PlatformConfig:
     @property
     def cache(self) -> ResultCache:
         if self._cache is None:
+            root = None if self.cache_store is not None else self.state / "cache"
             self._cache = ResultCache(
-                self.state / "cache", catalog=self.catalog, now_ms=self.now_ms, tenants=self.tenants
-            )
+                root, store=self.cache_store, catalog=self.catalog, now_ms=self.now_ms,
+                tenants=self.tenants,
+            )  # fmt: skip
         return self._cache
 
     @property

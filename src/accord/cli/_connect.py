@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from accord.adapters import reach_transport
@@ -22,7 +24,18 @@ from accord.engine.ports import Transport
 from accord.engine.runtime.retention import parse_duration
 from accord.errors import AccordError
 
-__all__ = ["MASK", "OneLineFailures", "connect_timeout", "masked", "one_line", "reach_or_refuse"]
+if TYPE_CHECKING:
+    from accord.objects.ports import ObjectStore
+
+__all__ = [
+    "MASK",
+    "OneLineFailures",
+    "claim_store",
+    "connect_timeout",
+    "masked",
+    "one_line",
+    "reach_or_refuse",
+]
 
 log = logging.getLogger("accord.cli")
 MASK = "***"
@@ -131,3 +144,24 @@ class OneLineFailures(logging.Filter):
 
 def _retryable(exc: BaseException) -> bool:
     return bool(getattr(exc, "retryable", False)) or isinstance(exc, ConnectionError | OSError)
+
+
+def claim_store(url: str | None, default: Path | None) -> ObjectStore | None:
+    """``--claims``: the object store large job payloads are checked in to (``accord engine
+    run``, ``accord serve``) and out of (``accord worker run``). ``off``: none; no option: the
+    folder ``default`` (where the process would share one with the others: the embedded
+    default), else none. A URL no adapter opens is a usage error (exit 2)."""
+    from accord.adapters.objects import (  # noqa: PLC0415 - boto3 only when it is named
+        FileObjectStore,
+        open_object_store,
+        redact_url,
+    )
+
+    if url == "off":
+        return None
+    if url is None:
+        return FileObjectStore(default) if default is not None else None
+    try:
+        return open_object_store(url)
+    except ValueError as exc:
+        usage(f"--claims {redact_url(url)!r}: {exc}")

@@ -19,15 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.live import Live
-
-from accord.actions.cache import ResultCache
 from accord.actions.config import Locator
 from accord.adapters.objects import open_object_store
 from accord.adapters.objects.connections import Connection, ConnectionRegistry
 from accord.cli._common import console
-from accord.cli._demo_run import reference_workers
-from accord.cli._demo_view import ModelRun, live_table, summarise, summary_table
+from accord.cli._demo_run import reference_workers, start_and_follow
+from accord.cli._demo_view import summarise, summary_table
 from accord.cli._registry import Workspace
 from accord.cli.workflow import compile_file
 from accord.contracts.sealing import Keyring
@@ -144,30 +141,12 @@ async def _run(  # noqa: PLR0917 - the demo's parts
     workers = reference_workers(ws.root)
     async with ingest_stack(
         url, plan, catalog, workers, state=state, services=services, transport=transport,
-        sealing=sealing,
-    ) as stack:  # fmt: skip
-        config = stack.platform.config  # the cache and the model locator move onto the store
-        config.locate = s3_locator(objects, state / "objects-mirror")
-        config._cache = ResultCache(store=objects, catalog=catalog, tenants=config.tenants)
+        sealing=sealing, locate=s3_locator(objects, state / "objects-mirror"),
+        cache_store=objects,
+    ) as stack:  # fmt: skip  # the cache and the model locator on the store
         engine = stack.engine
-        runs = [
-            ModelRun(model_id, path, await engine.start_run(plan.name, {"modelId": model_id},
-                                                            tenant=tenant))
-            for model_id, path in models
-        ]  # fmt: skip
-        states: dict[str, RunState | None] = {}
-        title = f"model-ingest over {len(runs)} models (tenant {tenant}, objects in S3)"
-        view = None if quiet else Live(live_table(runs, states, title), console=console,
-                                       refresh_per_second=8)  # fmt: skip
-        with view or contextlib.nullcontext():
-            while True:
-                for mr in runs:
-                    states[mr.run_id] = await engine.load(mr.run_id)
-                if view is not None:
-                    view.update(live_table(runs, states, title))
-                if all(s is not None and s.terminal for s in states.values()):
-                    break
-                await asyncio.sleep(0.1)
+        title = f"model-ingest over {len(models)} models (tenant {tenant}, objects in S3)"
+        runs, states = await start_and_follow(engine, plan, models, tenant, title, quiet=quiet)
         await stack.platform.writer.drain()
     elapsed = time.perf_counter() - started
     rows = []

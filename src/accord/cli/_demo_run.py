@@ -27,8 +27,10 @@ from accord.cli.workflow import compile_file
 from accord.contracts.sealing import Keyring
 from accord.contracts.sources import load_catalog
 from accord.engine.machine.state import RunState
+from accord.engine.runtime.orchestrator import Engine
 from accord.worker.fleet import ingest_stack
 from accord.worker.storage import ObjectStorage, StorageMap
+from accord.workflow.plan import Plan
 
 WORKERS = (
     ("thumbnail-render", "accord_worker_thumbnail_render.handler"),
@@ -52,6 +54,36 @@ def reference_workers(root: Path) -> list[Any]:
 
 
 __all__ = ["run_demo"]
+
+
+async def start_and_follow(
+    engine: Engine,
+    plan: Plan,
+    models: list[tuple[str, Path]],
+    tenant: str,
+    title: str,
+    *,
+    quiet: bool,
+) -> tuple[list[ModelRun], dict[str, RunState | None]]:
+    """Start one run of ``plan`` per model and follow them to their ends, drawn as a live table
+    unless ``quiet``; the runs and their final records."""
+    runs = [
+        ModelRun(model_id, path, await engine.start_run(plan.name, {"modelId": model_id},
+                                                        tenant=tenant))
+        for model_id, path in models
+    ]  # fmt: skip
+    states: dict[str, RunState | None] = {}
+    view = None if quiet else Live(live_table(runs, states, title), console=console,
+                                   refresh_per_second=8)  # fmt: skip
+    with view or contextlib.nullcontext():
+        while True:
+            for mr in runs:
+                states[mr.run_id] = await engine.load(mr.run_id)
+            if view is not None:
+                view.update(live_table(runs, states, title))
+            if all(s is not None and s.terminal for s in states.values()):
+                return runs, states
+            await asyncio.sleep(0.1)
 
 
 def _ingest(objects: Path, tenant: str, models: list[tuple[str, Path]]) -> None:
@@ -95,25 +127,9 @@ async def run_demo(
         if not quiet:
             live = await engine.live_capabilities()
             console.print("admitted; live capabilities: " + ", ".join(sorted(live)))
-        runs = [
-            ModelRun(model_id, path, await engine.start_run(plan.name, {"modelId": model_id},
-                                                            tenant=tenant))
-            for model_id, path in models
-        ]  # fmt: skip
-        states: dict[str, RunState | None] = {}
-        title = f"model-ingest over {len(runs)} models (tenant {tenant})"
-        view = None if quiet else Live(live_table(runs, states, title), console=console,
-                                       refresh_per_second=8)  # fmt: skip
-        with view or contextlib.nullcontext():
-            while True:
-                for mr in runs:
-                    states[mr.run_id] = await engine.load(mr.run_id)
-                if view is not None:
-                    view.update(live_table(runs, states, title))
-                if all(s is not None and s.terminal for s in states.values()):
-                    break
-                await asyncio.sleep(0.1)
-        if view is not None:
+        title = f"model-ingest over {len(models)} models (tenant {tenant})"
+        runs, states = await start_and_follow(engine, plan, models, tenant, title, quiet=quiet)
+        if not quiet:
             console.print()
         await stack.platform.writer.drain()
     elapsed = time.perf_counter() - started

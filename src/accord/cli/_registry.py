@@ -11,20 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from rich.table import Table
 
 from accord.adapters.artefacts import ArtefactStore
 from accord.cli._common import EXIT_REFUSED, console, refuse
-from accord.contracts.canonical import contract_digest
 from accord.contracts.catalog import Catalog
 from accord.contracts.compat import DiffReport
 from accord.contracts.model import Contract, ContractRef
 from accord.contracts.sources import ARTEFACTS_DIR, SOURCES_DIR, find_root, lint_paths, load_file
 from accord.errors import Diagnostic
 
-__all__ = ["Workspace", "print_report", "refused_json", "summary", "workspace"]
+__all__ = ["Workspace", "print_report", "refused_json", "workspace"]
 
 
 @dataclass(frozen=True)
@@ -94,13 +93,3 @@ def print_report(report: DiffReport) -> None:
 def refused_json(json: bool, message: str, diagnostics: Iterable[Diagnostic]) -> NoReturn:
     """Report a refusal (as JSON or text) and exit 1 (:func:`~accord.cli._common.refuse`)."""
     refuse(message, EXIT_REFUSED, diagnostics=diagnostics, as_json=json)
-
-
-def summary(c: Contract) -> dict[str, Any]:
-    return {
-        "kind": c.kind,
-        "name": c.name,
-        "version": c.version,
-        "status": c.status,
-        "digest": contract_digest(c),
-    }

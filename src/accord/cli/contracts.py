@@ -28,9 +28,9 @@ from accord.cli._common import (
     refuse,
     usage,
 )
-from accord.cli._registry import Workspace, print_report, refused_json, summary, workspace
+from accord.cli._registry import Workspace, print_report, refused_json, workspace
 from accord.contracts import compat
-from accord.contracts.canonical import contract_digest, to_canonical
+from accord.contracts.canonical import contract_digest, contract_summary, to_canonical
 from accord.contracts.catalog import Catalog
 from accord.contracts.model import CapabilityContract, Contract, MessageContract
 from accord.contracts.paths import join
@@ -77,7 +77,7 @@ def lint(
         emit_json(
             {
                 "ok": not errors,
-                "contracts": [summary(c) for c in contracts],
+                "contracts": [contract_summary(c) for c in contracts],
                 "diagnostics": [d.as_dict() for d in diagnostics],
             }
         )
@@ -164,7 +164,7 @@ def publish(
             {
                 "ok": True,
                 "dryRun": dry_run,
-                "contracts": [{**summary(c), "outcome": o} for o, c in rows],
+                "contracts": [{**contract_summary(c), "outcome": o} for o, c in rows],
                 "warnings": [d.as_dict() for d in plan.warnings],
             }
         )
@@ -365,7 +365,7 @@ def show(
         contract = versions[-1]
     published = {(c.name, c.version) for c in ws.store.published()}
     info = {
-        **summary(contract),
+        **contract_summary(contract),
         "published": (contract.name, contract.version) in published,
         "versions": [c.version for c in versions],
         "contract": to_canonical(contract),

@@ -33,6 +33,7 @@ from accord.cli._common import LoopOpt, console, emit_json, pick_loop, usage
 from accord.cli._connect import (
     DEFAULT_CONNECT_TIMEOUT,
     OneLineFailures,
+    claim_store,
     connect_timeout,
     reach_or_refuse,
 )
@@ -71,23 +72,9 @@ ClaimsOpt = Annotated[
 
 
 def claims_or_exit(url: str | None, store: str, state: Path) -> ObjectStore | None:
-    """The object store large job payloads are checked in to: ``--claims URL``; by default the
-    folder ``STATE/claims`` when the store is the embedded SQLite file, else none; ``off``: none.
-    A URL no adapter opens is a usage error (exit 2)."""
-    from accord.adapters.objects import (  # noqa: PLC0415
-        FileObjectStore,
-        open_object_store,
-        redact_url,
-    )
-
-    if url == "off":
-        return None
-    if url is None:
-        return FileObjectStore(state / "claims") if store.startswith("sqlite:") else None
-    try:
-        return open_object_store(url)
-    except ValueError as exc:
-        usage(f"--claims {redact_url(url)!r}: {exc}")
+    """``--claims`` of an engine: by default ``STATE/claims`` beside the embedded SQLite store
+    (:func:`~accord.cli._connect.claim_store`)."""
+    return claim_store(url, state / "claims" if store.startswith("sqlite:") else None)
 
 
 @app.command("run")

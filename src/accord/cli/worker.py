@@ -32,6 +32,7 @@ from accord.cli._common import LoopOpt, console, pick_loop, refuse, usage
 from accord.cli._connect import (
     DEFAULT_CONNECT_TIMEOUT,
     OneLineFailures,
+    claim_store,
     connect_timeout,
     masked,
     reach_or_refuse,
@@ -81,23 +82,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _claims(url: str | None, transport: str) -> ObjectStore | None:
-    """``--claims``: the URL's store; by default ``.accord/claims`` (where ``accord engine run``
-    checks payloads in on the embedded default) when the transport is the embedded SQLite queue;
-    ``off``: none. A URL no adapter opens is a usage error (exit 2)."""
-    from accord.adapters.objects import (  # noqa: PLC0415
-        FileObjectStore,
-        open_object_store,
-        redact_url,
-    )
-
-    if url == "off":
-        return None
-    if url is None:
-        return FileObjectStore(CLAIMS) if transport.startswith("sqlite:") else None
-    try:
-        return open_object_store(url)
-    except ValueError as exc:
-        usage(f"--claims {redact_url(url)!r}: {exc}")
+    """``--claims`` of a worker: by default ``.accord/claims`` (where ``accord engine run``
+    checks payloads in on the embedded default) when the transport is the embedded queue."""
+    return claim_store(url, CLAIMS if transport.startswith("sqlite:") else None)
 
 
 def _storage(path: Path) -> object:

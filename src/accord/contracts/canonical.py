@@ -33,7 +33,7 @@ from accord.contracts.model import (
     Tolerance,
 )
 
-__all__ = ["contract_digest", "from_canonical", "normalise", "to_canonical"]
+__all__ = ["contract_digest", "contract_summary", "from_canonical", "normalise", "to_canonical"]
 
 _FIELD_KEYS = (  # (DSL key, FieldSpec attribute) in declaration order
     ("required", "required"),
@@ -156,6 +156,17 @@ def to_canonical(contract: Contract) -> dict[str, Any]:
 def contract_digest(contract: Contract) -> str:
     """``sha256:<hex>`` over the canonical JSON of :func:`to_canonical`."""
     return digest_of(to_canonical(contract))
+
+
+def contract_summary(contract: Contract) -> dict[str, Any]:
+    """One line of a listing of contracts (``accord contracts --json``, ``/v1/contracts``)."""
+    return {
+        "kind": contract.kind,
+        "name": contract.name,
+        "version": contract.version,
+        "status": contract.status,
+        "digest": contract_digest(contract),
+    }
 
 
 def field_from_canonical(doc: Mapping[str, Any]) -> FieldSpec:

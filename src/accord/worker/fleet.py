@@ -24,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from accord.actions import Platform, PlatformConfig, register_platform_actions
+from accord.actions.config import Locator
 from accord.adapters import open_engine
 from accord.contracts.catalog import Catalog
 from accord.contracts.sealing import Keyring
 from accord.engine.runtime.checks import contract_result_check
 from accord.engine.runtime.orchestrator import Engine, EngineOptions, Observer
 from accord.errors import EngineError
+from accord.objects.ports import ObjectStore
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.runtime import Runtime
 from accord.worker.sdk import Worker
@@ -63,6 +65,8 @@ async def ingest_stack(
     check_admission: bool = True,
     transport: str | None = None,
     sealing: Keyring | None = None,
+    locate: Locator | None = None,
+    cache_store: ObjectStore | None = None,
 ) -> AsyncIterator[Stack]:
     engine = open_engine(
         url,
@@ -77,7 +81,9 @@ async def ingest_stack(
         stored = await engine.store.load(run_id)
         return dict(stored.state) if stored else None
 
-    config = PlatformConfig(state, catalog=catalog, load_run=load_run)
+    config = PlatformConfig(
+        state, catalog=catalog, load_run=load_run, locate=locate, cache_store=cache_store
+    )
     platform = register_platform_actions(engine.registry, config)
     platform.writer.watch(plan)
     engine.observers.extend([platform.writer, *observers])

@@ -47,6 +47,16 @@ DEFAULT_REF = "local"
 _ENV_ROOT = "ACCORD_OBJECT_ROOT"
 
 
+def _not_found(key: str) -> StageFailed:
+    """A missing input object: terminal (a retry finds the same nothing)."""
+    return StageFailed(
+        f"no object {key!r} in this tenant's store",
+        failure_code="object-not-found",
+        retryable=False,
+        details={"objectKey": key},
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectStorage:
     """One tenant's objects under ``root/tenant``."""
@@ -61,12 +71,7 @@ class ObjectStorage:
         """The path of an existing object; ``storage-unavailable`` style misses are terminal."""
         path = resolve_object(self.root, self.tenant, key)
         if not path.is_file():
-            raise StageFailed(
-                f"no object {key!r} in this tenant's store",
-                failure_code="object-not-found",
-                retryable=False,
-                details={"objectKey": key},
-            )
+            raise _not_found(key)
         return path
 
     def put_bytes(self, key: str, data: bytes) -> tuple[str, int, str]:
@@ -157,12 +162,7 @@ class RemoteStorage:
     def get_path(self, key: str) -> Path:
         found = self._fetch(key)
         if found is None:
-            raise StageFailed(
-                f"no object {key!r} in this tenant's store",
-                failure_code="object-not-found",
-                retryable=False,
-                details={"objectKey": key},
-            )
+            raise _not_found(key)
         return found
 
     def put_bytes(self, key: str, data: bytes) -> tuple[str, int, str]:

@@ -16,8 +16,7 @@ from accord.engine.machine.events import (
     event_from_json,
     event_to_json,
 )
-from accord.engine.machine.migrate import replay_across
-from accord.engine.machine.replay import replay
+from accord.engine.machine.replay import replay, replay_across
 from accord.engine.machine.state import RunState
 from accord.errors import EngineError
 from accord.workflow.migration import event_fields, migration_map

@@ -18,7 +18,7 @@ from accord.engine.machine.events import (
     RedriveRequested,
     StageSucceeded,
 )
-from accord.engine.machine.migrate import replay_across
+from accord.engine.machine.replay import replay_across
 from accord.engine.machine.state import RunState
 from accord.workflow.plan import Plan, RetryPolicy, Timeouts
 from tests.unit.engine import invariants as inv

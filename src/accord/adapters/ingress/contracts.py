@@ -14,7 +14,7 @@ from typing import Any
 
 from accord.adapters.artefacts import ArtefactStore
 from accord.contracts import compat
-from accord.contracts.canonical import contract_digest, to_canonical
+from accord.contracts.canonical import contract_summary, to_canonical
 from accord.contracts.model import CapabilityContract, Contract, MessageContract
 from accord.contracts.sources import ARTEFACTS_DIR, SOURCES_DIR, lint_paths
 from accord.errors import Diagnostic
@@ -23,14 +23,7 @@ __all__ = ["ContractBook", "summary"]
 
 
 def summary(c: Contract, published: bool) -> dict[str, Any]:
-    return {
-        "kind": c.kind,
-        "name": c.name,
-        "version": c.version,
-        "status": c.status,
-        "digest": contract_digest(c),
-        "published": published,
-    }
+    return {**contract_summary(c), "published": published}
 
 
 class ContractBook:

@@ -65,9 +65,6 @@ from accord.engine.runtime.schedules import (
 from accord.engine.runtime.wire import (
     UndecodableJson,
     decode_json,
-    quarantine_message,
-    quarantine_queue,
-    quarantine_record,
 )
 from accord.errors import EngineError
 from accord.workflow.plan import Plan
@@ -526,31 +523,28 @@ class MessageTriggers(QueueConsumer):
     ) -> None:
         super().__init__(transport, queue)
         self.intake, self.workflow, self.trigger, self.tenant = intake, workflow, trigger, tenant
-        self.quarantined: list[dict[str, Any]] = []
         self.started: list[str] = []
-        self._task: asyncio.Task[None] | None = None
-        self._stop = False
 
     async def process(self, delivery: Delivery) -> str | None:
         engine = self.intake.engine
         try:
             plan = await engine.plans.resolve(self.workflow)
         except EngineError as exc:
-            await self._quarantine(delivery, str(exc))
+            await self.quarantine(delivery, str(exc))
             return None
         t = plan.trigger(self.trigger)
         if not isinstance(t, EventTrigger) or t.type != "message":
-            await self._quarantine(delivery, f"{plan.name} has no message trigger {self.trigger!r}")
+            await self.quarantine(delivery, f"{plan.name} has no message trigger {self.trigger!r}")
             return None
         try:
             doc = decode_json(delivery.body, max_bytes=MAX_EVENT_BYTES)
         except UndecodableJson as exc:
-            await self._quarantine(delivery, f"not JSON: {exc}")
+            await self.quarantine(delivery, f"not JSON: {exc}")
             return None
         event, violations = self.intake.validate(plan, t, doc)
         if violations:
             said = "; ".join(f"{v['path']}: {v['message']}" for v in violations[:8])
-            await self._quarantine(delivery, f"breaks {t.event}: {said}")
+            await self.quarantine(delivery, f"breaks {t.event}: {said}")
             return None
         key = self.intake.dedupe_key(plan, t, event, delivery.message_id)
         decision = await self.intake.start(
@@ -564,35 +558,12 @@ class MessageTriggers(QueueConsumer):
         )
         if not decision.admitted:
             said = "; ".join(f"{r.code}: {r.message}" for r in decision.reasons)
-            await self._quarantine(delivery, f"admission refused: {said}")
+            await self.quarantine(delivery, f"admission refused: {said}")
             return None
         await self._transport.ack(delivery)
         assert decision.run_id is not None
         self.started.append(decision.run_id)
         return decision.run_id
-
-    async def _quarantine(self, delivery: Delivery, reason: str) -> None:
-        reason = reason[:4096]
-        record = quarantine_record(delivery.queue, delivery.message_id, reason, delivery.body)
-        qid, text = quarantine_message(record)
-        log.warning("quarantined trigger event %s: %s", delivery.message_id, reason)
-        await self._transport.publish(quarantine_queue(self.queue), qid, text)
-        self.quarantined.append(record)
-        await self._transport.ack(delivery)
-
-    def start(self) -> None:
-        if self._task is None:
-            self._stop = False
-            self._task = asyncio.get_running_loop().create_task(self.run(lambda: self._stop))
-
-    async def stop(self) -> None:
-        if self._task is None:
-            return
-        self._stop = True
-        await self._idle.wait()
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        self._task = None
 
 
 def message_triggers(

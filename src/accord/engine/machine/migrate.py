@@ -5,7 +5,7 @@
 by the map the event carries. The shell proves the move safe first
 (:func:`accord.workflow.migration.check_run`) and records the decision — who, why, from, to and
 the map — as the event itself, so replaying the history needs nothing but the history and the
-plans it names (:func:`replay_across`).
+plans it names (:func:`accord.engine.machine.replay.replay_across`).
 
 The machine re-checks what it can see without the new plan, and refuses (recorded, changing
 nothing but ``seq``):
@@ -27,24 +27,19 @@ deadline stays as armed at the start.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping
 
 from accord.engine.machine.draft import Draft
-from accord.engine.machine.events import RunMigrated, event_from_json
+from accord.engine.machine.events import RunMigrated
 from accord.engine.machine.outcomes import Refusal
 from accord.engine.machine.state import (
     ACTIVE_STAGE,
     WAITING,
-    HistoryEntry,
-    RunState,
     StageState,
     evolve,
 )
-from accord.errors import EngineError
-from accord.workflow.plan import Plan
 
-__all__ = ["LIVE", "on_migrated", "replay_across"]
+__all__ = ["LIVE", "on_migrated"]
 
 LIVE = ACTIVE_STAGE | {WAITING}  # a stage with work that names it: attempts, timers, a gate
 
@@ -121,32 +116,3 @@ def on_migrated(d: Draft, ev: RunMigrated) -> Refusal | None:
         by=ev.by,
     )
     return None
-
-
-def replay_across(
-    plans: Mapping[str, Plan], history: Sequence[HistoryEntry | Mapping[str, Any]]
-) -> RunState | None:
-    """:func:`~accord.engine.machine.replay.replay` for a run that may have migrated: each event
-    is applied with the plan the run is pinned to at that point, looked up in ``plans`` by
-    digest (every version the run has been on must be there)."""
-    from accord.engine.machine.core import apply  # noqa: PLC0415 - core imports this module
-    from accord.engine.machine.replay import ReplayDivergence  # noqa: PLC0415 - and so on
-
-    run: RunState | None = None
-    for item in history:
-        entry = item if isinstance(item, HistoryEntry) else HistoryEntry.from_json(item)
-        event = event_from_json(entry.event)
-        digest = run.plan_digest if run is not None else str(entry.event.get("plan_digest", ""))
-        plan = plans.get(digest)
-        if plan is None:
-            raise EngineError(f"history entry {entry.seq}: plan {digest} is not among the plans")
-        transition = apply(plan, run, event)
-        (got,) = transition.history
-        if got.seq != entry.seq or got.accepted != entry.accepted or got.reason != entry.reason:
-            raise ReplayDivergence(
-                entry.seq,
-                f"recorded seq={entry.seq} accepted={entry.accepted} reason={entry.reason}, "
-                f"replayed seq={got.seq} accepted={got.accepted} reason={got.reason}",
-            )
-        run = transition.run
-    return run

@@ -6,7 +6,9 @@ overlaps the next one's decoding (the engine's per-run locks keep one run's even
 order). Each is processed inside the store hold (:mod:`.holding`): a retryable store error is
 ridden out in place; anything else leaves the delivery unacknowledged and nacks it for a
 redelivery. :meth:`QueueConsumer.wait_idle` returns once nothing taken is still in hand, which is
-how a graceful stop lets the deliveries in hand finish.
+how a graceful stop (:meth:`QueueConsumer.stop`) lets the deliveries in hand finish. A delivery
+a consumer cannot take is quarantined with its reason (:meth:`QueueConsumer.quarantine`), never
+dropped.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from accord.contracts.model import MessageContract
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.holding import Hold
+from accord.engine.runtime.wire import quarantine_message, quarantine_queue, quarantine_record
 
 __all__ = ["QueueConsumer"]
 
@@ -39,12 +43,45 @@ class QueueConsumer:
         self._busy = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self.contracts: Sequence[MessageContract] = ()  # whose sensitive fields records mask
+        self.quarantined: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._stop = False
 
     async def process(self, delivery: Delivery) -> Any:
         raise NotImplementedError
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
+
+    def start(self) -> None:
+        """Consume in a task of its own until :meth:`stop`."""
+        if self._task is None:
+            self._stop = False
+            self._task = asyncio.get_running_loop().create_task(self.run(lambda: self._stop))
+
+    async def stop(self) -> None:
+        """Take nothing new, let the deliveries in hand finish, then stop consuming."""
+        if self._task is None:
+            return
+        self._stop = True
+        await self._idle.wait()
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+
+    async def quarantine(self, delivery: Delivery, reason: str) -> None:
+        """Keep ``delivery`` on ``<queue>.quarantine`` with ``reason`` (the fields
+        :attr:`contracts` mark sensitive masked), then acknowledge it."""
+        reason = reason[:4096]
+        record = quarantine_record(
+            delivery.queue, delivery.message_id, reason, delivery.body, self.contracts
+        )
+        qid, text = quarantine_message(record)
+        log.warning("quarantined %s %s: %s", self.what, delivery.message_id, reason)
+        await self._transport.publish(quarantine_queue(self.queue), qid, text)
+        self.quarantined.append(record)
+        await self._transport.ack(delivery)
 
     async def run(self, stop: Callable[[], bool], prefetch: int | None = None) -> None:
         """Consume until ``stop()``, up to ``prefetch`` (default :attr:`prefetch`) at once."""

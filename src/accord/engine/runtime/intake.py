@@ -53,10 +53,9 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from accord.contracts.model import MessageContract
 from accord.engine.machine.events import Event
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.consumer import QueueConsumer
@@ -129,8 +128,6 @@ class Intake(QueueConsumer):
     ) -> None:
         super().__init__(transport, queue, hold)
         self._deliver = deliver
-        self.quarantined: list[dict[str, Any]] = []
-        self.contracts: Sequence[MessageContract] = ()  # whose sensitive fields records mask
         self.processed = 0
 
     async def process(self, delivery: Delivery) -> list[Event | None]:

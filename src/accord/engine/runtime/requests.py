@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError as ModelError
 
-from accord.contracts.model import MessageContract
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.admission import Admission
 from accord.engine.runtime.consumer import QueueConsumer
@@ -58,9 +57,6 @@ from accord.engine.runtime.holding import Hold
 from accord.engine.runtime.wire import (
     UndecodableJson,
     decode_json,
-    quarantine_message,
-    quarantine_queue,
-    quarantine_record,
 )
 from accord.errors import EngineError, ValidationError
 from accord.generated.run_requested_v1 import RunRequestedV1
@@ -160,15 +156,11 @@ class RunRequests(QueueConsumer):
     ) -> None:
         super().__init__(transport, queue, hold)
         self._engine = engine
-        self.contracts: Sequence[MessageContract] = ()  # whose sensitive fields records mask
-        self.quarantined: list[dict[str, Any]] = []
         self.started = 0  # runs this engine started from requests
         self.answered = 0  # requests answered with a run that already existed
         self.refused = 0  # requests admission refused (each refusal recorded in the store)
         self.admission = Admission(engine, governance="declared")
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # and its users
-        self._task: asyncio.Task[None] | None = None
-        self._stop = False
 
     async def process(self, delivery: Delivery) -> str | None:
         """Start or answer the run ``delivery`` asks for and acknowledge it; the run id, or
@@ -188,7 +180,7 @@ class RunRequests(QueueConsumer):
                 else:
                     self._locks[run_id] = (lock, users - 1)
         except (BadRequest, _Refused) as exc:
-            await self._quarantine(delivery, str(exc))
+            await self.quarantine(delivery, str(exc))
             return None
         except _Elsewhere as exc:
             log.warning("run request %s given back: %s", delivery.message_id, exc)
@@ -246,31 +238,3 @@ class RunRequests(QueueConsumer):
             )
         self.answered += 1
         return True
-
-    async def _quarantine(self, delivery: Delivery, reason: str) -> None:
-        reason = reason[:4096]
-        record = quarantine_record(
-            delivery.queue, delivery.message_id, reason, delivery.body, self.contracts
-        )
-        qid, text = quarantine_message(record)
-        log.warning("quarantined run request %s: %s", delivery.message_id, reason)
-        await self._transport.publish(quarantine_queue(self.queue), qid, text)
-        self.quarantined.append(record)
-        await self._transport.ack(delivery)
-
-    # -- the loop --------------------------------------------------------------------------
-
-    def start(self) -> None:
-        if self._task is None:
-            self._stop = False
-            self._task = asyncio.get_running_loop().create_task(self.run(lambda: self._stop))
-
-    async def stop(self) -> None:
-        """Take nothing new, let the requests in hand finish, then stop consuming."""
-        if self._task is None:
-            return
-        self._stop = True
-        await self._idle.wait()
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
-        self._task = None
