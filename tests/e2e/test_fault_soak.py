@@ -129,8 +129,9 @@ class Fleet:
 
     def _start_refused(self, proc: subprocess.Popen[bytes]) -> bool:
         """The process gave up starting, with one line, because Redis went away while it
-        started (the startup check, or the first reconcile pass): it never began serving. One
-        that fails after it began serving is a crash."""
+        started (the startup check; a first reconcile pass that meets it is deferred to
+        housekeeping): it never began serving. One that fails after it began serving is a
+        crash."""
         path, offset = self._since[proc.pid]
         said = path.read_bytes()[offset:].decode(errors="replace").strip().splitlines()
         last = said[-1] if said else ""
@@ -353,6 +354,10 @@ async def test_200_runs_survive_kill_9_of_engines_workers_and_redis(
             await asyncio.sleep(0.2)
         fleet.stop()
         assert not fleet.unexpected, f"processes died unasked: {fleet.unexpected}{fleet.tail()}"
+    except BaseException:  # close the clients here: a leaked socket would fail a later test
+        await transport.close()
+        await store.close()
+        raise
     finally:
         fleet.abandon()
     try:

@@ -314,6 +314,10 @@ async def test_runs_survive_kill_9_of_engines_workers_and_postgres(
             await asyncio.sleep(0.2)
         fleet.stop()
         assert not fleet.unexpected, f"processes died unasked: {fleet.unexpected}{fleet.tail()}"
+    except BaseException:  # close the clients here: a leaked socket would fail a later test
+        await transport.close()
+        await store.close()
+        raise
     finally:
         fleet.abandon()
     try:

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from engine_shell_support import ACTIONS
 
 from accord.adapters import open_engine, open_store, open_transport
@@ -314,3 +315,46 @@ async def test_i7_a_publish_refused_after_the_commit_is_left_to_the_sweep() -> N
         jobs = await h.jobs("render")
         assert len(jobs) == 1 and jobs[0]["runId"] == run
         assert await h.outbox() == []
+
+
+async def test_a_start_up_reconciliation_that_meets_a_broker_away_is_run_again(
+    tmp_path: Path,
+) -> None:
+    """A broker restarting while an engine starts defers the first reconciliation to
+    housekeeping (it runs again at the next poll, not a period later); an error that is not
+    retryable still refuses the start."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    engine = open_engine(url, url, options=EngineOptions(poll_ms=10, reconcile_every_ms=600_000))
+    real = engine.reconciler.run_once
+    calls: list[str] = []
+
+    async def flaky() -> Any:
+        calls.append("pass")
+        if len(calls) == 1:
+            raise TransportError("connection reset by peer", retryable=True)
+        return await real()
+
+    engine.reconciler.run_once = flaky  # type: ignore[method-assign]
+    await engine.start()
+    try:
+        for _ in range(200):
+            if len(calls) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(calls) == 2, "the deferred reconciliation never ran"
+        await asyncio.sleep(0.1)
+        assert len(calls) == 2, "housekeeping kept reconciling after one pass succeeded"
+    finally:
+        await engine.stop()
+
+    refused = open_engine(url, url, options=EngineOptions(poll_ms=10))
+
+    async def broken() -> Any:
+        raise TransportError("no such queue", retryable=False)
+
+    refused.reconciler.run_once = broken  # type: ignore[method-assign]
+    try:
+        with pytest.raises(TransportError, match="no such queue"):
+            await refused.start()
+    finally:
+        await refused.stop()

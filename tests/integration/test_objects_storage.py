@@ -140,11 +140,14 @@ def test_a_signed_url_from_a_grant_expires(world: Any) -> None:
     registry, store, top = world
     store.put(f"{top}/tenants/acme/m.bin", b"m")
     now = int(time.time() * 1000)
-    grant = registry.resolve("acme-models", "acme", now_ms=now, deadline_ms=now + 1_999)
+    # the grant lives 3 s (whole seconds, rounded down); S3 dates a signature to the second, so
+    # the URL lives between 2 and 3 s: long enough to be read at once on a loaded machine
+    grant = registry.resolve("acme-models", "acme", now_ms=now, deadline_ms=now + 3_999)
+    assert grant.expires_s == 3
     url = grant.url("m.bin", "read")
     with urllib.request.urlopen(url, timeout=10) as reply:
         assert reply.read() == b"m"
-    time.sleep(2.2)
+    time.sleep(4.2)
     with pytest.raises(urllib.error.HTTPError) as expired:
         urllib.request.urlopen(url, timeout=10)
     assert expired.value.code == 403

@@ -3,7 +3,9 @@
 Started: the timer service, housekeeping (flush done-marks every poll, sweep stranded outbox
 entries every grace period, reconcile fully every ``reconcile_every_ms``), outcome intake, and —
 when a sink is configured — the telemetry consumer. A reconciliation pass runs first, so what a
-crashed predecessor left behind is repaired before new work arrives.
+crashed predecessor left behind is repaired before new work arrives; when that pass meets a
+store or transport that is away for a moment (a retryable error: the broker restarting), the
+engine starts anyway and housekeeping runs the pass again at its next poll, until one succeeds.
 
 Stopping is graceful, in dependency order: no new work is taken (intake is cancelled only
 between two outcomes, timers and housekeeping finish their pass), then in-flight actions and
@@ -21,6 +23,7 @@ from accord.engine.runtime.actions import ActionExecutor
 from accord.engine.runtime.dispatcher import Dispatcher
 from accord.engine.runtime.intake import Intake
 from accord.engine.runtime.timers import TimerService
+from accord.errors import StoreError, TransportError
 
 __all__ = ["Loops"]
 
@@ -46,11 +49,19 @@ class Loops:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._intake_task: asyncio.Task[None] | None = None
+        self._reconcile_due = False
 
     async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
         self._stop.clear()
+        self._reconcile_due = False
         if reconcile_first:
-            await self._reconcile()
+            try:
+                await self._reconcile()
+            except (StoreError, TransportError) as exc:
+                if not exc.retryable:
+                    raise
+                log.warning("first reconciliation deferred to housekeeping: %s", exc)
+                self._reconcile_due = True
         spawn = asyncio.get_running_loop().create_task
         self._tasks = [spawn(self._timers.run(self._stop)), spawn(self._housekeeping())]
         if intake:
@@ -66,9 +77,10 @@ class Loops:
                 await self._dispatcher.flush()
                 since_sweep += self._poll_ms
                 since_reconcile += self._poll_ms
-                if since_reconcile >= self._reconcile_every_ms:
+                if self._reconcile_due or since_reconcile >= self._reconcile_every_ms:
                     since_reconcile = since_sweep = 0
                     await self._reconcile()
+                    self._reconcile_due = False
                 elif since_sweep >= sweep_every:
                     since_sweep = 0
                     await self._dispatcher.sweep()
