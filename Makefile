@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TS := bindings/typescript
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-deps check fmt fmt-check lint typecheck imports pytest ts-test codegen codegen-check bench bench-smoke bench-services clean setup node
+.PHONY: demo test test-deps check fmt fmt-check lint typecheck imports pytest ts-test codegen codegen-check bench bench-smoke bench-services clean setup node ui-build
 
 $(STAMP): pyproject.toml $(wildcard workers/*/pyproject.toml)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,17 +27,31 @@ $(TSW)/node_modules/.installed: $(TSW)/package.json $(TSW)/package-lock.json $(T
 	cd $(TSW) && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-node: $(TS)/node_modules/.installed $(TSW)/node_modules/.installed
+# the web UI (ui/): bundled into the folder `accord serve` serves under /ui/ (not committed)
+UI := ui
+UI_STATIC := src/accord/adapters/ingress/ui_static
+$(UI)/node_modules/.installed: $(UI)/package.json $(UI)/package-lock.json
+	cd $(UI) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(UI_STATIC)/index.html: $(UI)/node_modules/.installed $(UI)/index.html $(UI)/build.mjs $(UI)/tsconfig.json $(wildcard $(UI)/src/*.ts $(UI)/src/*/*.ts $(UI)/src/*.css)
+	cd $(UI) && npm run --silent build
+
+ui-build: $(UI_STATIC)/index.html
+
+node: $(TS)/node_modules/.installed $(TSW)/node_modules/.installed ui-build
 	cd $(TS) && npm run --silent build
 	cd $(TSW) && npm run --silent build
 
 demo: $(STAMP) node
 	$(BIN)/accord demo
 
-# the 3D corpus the worker tests sweep (Debian's assimp-testmodels), installed where apt exists
+# the 3D corpus the worker tests sweep (Debian's assimp-testmodels) and the browser the UI tests
+# drive (Debian's chromium), installed where apt exists (one apt-get update for both)
 test-deps:
-	@if ! dpkg -s assimp-testmodels >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
-		apt-get update -qq && apt-get install -y -qq --no-install-recommends assimp-testmodels; \
+	@missing=""; for p in assimp-testmodels chromium; do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 test: $(STAMP) node test-deps
@@ -95,5 +109,45 @@ bench: $(STAMP) node bench-services
 bench-smoke: $(STAMP) bench-services
 	$(PY) -m bench --smoke
 
+# The monorepo (docs/monorepo.md). `make test-affected BASE=origin/main` runs the suites a change
+# since BASE reaches (`accord dev affected`): each worker's, and the platform's own when the change
+# is outside workers/ and the docs; `make test` still runs everything.
+BASE ?= HEAD
+COMPOSE ?= $(shell command -v podman-compose >/dev/null 2>&1 && echo podman-compose || echo docker compose)
+.PHONY: test-affected stack-up stack-down sparse-all sparse-marketplace-etsy sparse-metadata-extract sparse-metadata-extract-http sparse-metadata-extract-ts sparse-semantic-analyse sparse-thumbnail-render
+
+test-affected: $(STAMP) node
+	$(BIN)/accord dev affected --base $(BASE) --run
+
+# the local stack of compose.yaml: Redis, RabbitMQ, the engine, the API and every worker
+stack-up:
+	$(COMPOSE) -f compose.yaml up -d --build
+
+stack-down:
+	$(COMPOSE) -f compose.yaml down
+
+# work on one worker: a cone-mode sparse checkout of what reaches it (`accord dev affected`'s
+# inputs; root files are always there); `make sparse-all` brings back the whole tree
+sparse-marketplace-etsy:
+	git sparse-checkout set --cone workers/marketplace-etsy src schemas .github
+
+sparse-metadata-extract:
+	git sparse-checkout set --cone workers/metadata-extract workers/meshes src examples/models schemas .github
+
+sparse-metadata-extract-http:
+	git sparse-checkout set --cone workers/metadata-extract-http workers/metadata-extract workers/meshes src schemas .github
+
+sparse-metadata-extract-ts:
+	git sparse-checkout set --cone workers/metadata-extract-ts bindings/typescript schemas .github
+
+sparse-semantic-analyse:
+	git sparse-checkout set --cone workers/semantic-analyse workers/meshes src examples/models schemas .github
+
+sparse-thumbnail-render:
+	git sparse-checkout set --cone workers/thumbnail-render workers/meshes src examples/models schemas .github
+
+sparse-all:
+	git sparse-checkout disable
+
 clean:
-	rm -rf $(VENV) $(TS)/node_modules $(TS)/dist .accord
+	rm -rf $(VENV) $(TS)/node_modules $(TS)/dist .accord $(UI)/node_modules $(UI_STATIC)

@@ -30,7 +30,9 @@ Figures per configuration (``e<engines>w<workers>s<slots per worker>``):
   cpu``, user + sys) and ``rabbitmq_cpu_ms_per_run`` (the ``beam.smp`` process) are the servers'
   over the same window — they also count whatever else uses the servers meanwhile;
 - ``load_average_start`` / ``load_average_end``: the machine's 1-minute load around each
-  configuration.
+  configuration;
+- with ``ACCORD_BENCH_FLEET_LAG=1``, the search projector's lag and catch-up under this load
+  (:mod:`bench.fleet_lag`; one-engine configurations).
 
 The default configuration is at the top of each broker's figures; the others tried are under
 ``variants``.
@@ -65,6 +67,7 @@ from accord.engine.runtime.checks import MessageCatalog
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.loop import run as run_loop
 from accord.workflow.plan import Plan
+from bench import fleet_lag
 from bench.bench_engine import PLAN, _pct, _Tracker
 from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
 
@@ -323,9 +326,12 @@ async def _phases(
     singles: int,
     slots: int,
     load: Workload = PLAIN,
+    lag: fleet_lag.LagWatch | None = None,
 ) -> dict[str, Any]:
     """Warm up, then the throughput phase and the one-run-at-a-time phase."""
     await _warm_up(engine, tracker, [c for c in children if c.role == "worker"], slots, load)
+    if lag is not None:
+        lag.mark()
     beam = _beam_pid() if broker == "rabbitmq" else None
     before = await _snapshot(engine, children, beam, broker == "postgres")
     t0 = time.perf_counter()
@@ -335,6 +341,7 @@ async def _phases(
     elapsed = time.perf_counter() - t0
     after = await _snapshot(engine, children, beam, broker == "postgres")
     used = {key: after[key] - before[key] for key in after if key in before}
+    lagged = {} if lag is None else await lag.figures(runs, tracker.done)
     single, alone = await tracker.one_at_a_time(engine, singles)
     fleet_cpu = used["engine"] + used.get("worker", 0.0)
     figures: dict[str, Any] = {
@@ -352,7 +359,7 @@ async def _phases(
     for server in ("redis", "rabbitmq", "postgres"):
         if server in used and (server != "redis" or broker != "postgres"):
             figures[f"{server}_cpu_ms_per_run"] = round(used[server] * 1000 / n, 3)
-    return {"figures": figures, "runs": runs, "alone": alone}
+    return {"figures": figures | lagged, "runs": runs, "alone": alone}
 
 
 async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then its sizes)
@@ -369,6 +376,7 @@ async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then
     declared: set[str] = set()
     tracker = _Tracker()
     load_start = os.getloadavg()[0]
+    lag = fleet_lag.watch()  # the projector's lag too, with ACCORD_BENCH_FLEET_LAG=1
     async with keyspace(broker, declared) as (store_url, transport_url):
         engine = open_engine(
             store_url,
@@ -378,7 +386,10 @@ async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then
             observers=[tracker.transition],
             catalog=load.catalog,
             sealing=None if load.sealing is None else Keyring(load.sealing),
+            sink=None if lag is None else lag.sink,
         )
+        if lag is not None:
+            lag.attach(engine)
         await engine.register_plan(PLAN)  # the one-at-a-time phase runs it
         if load.plan is not PLAN:
             await engine.register_plan(load.plan)
@@ -395,7 +406,7 @@ async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then
                     try:
                         measured = await _phases(
                             engine, tracker, children, broker, n=n, singles=singles, slots=slots,
-                            load=load,
+                            load=load, lag=lag,
                         )  # fmt: skip
                     except TimeoutError as exc:  # with what the fleet processes had to say
                         raise TimeoutError(f"{exc}; stderr: {_stderr_tails(children)}") from exc
@@ -405,6 +416,8 @@ async def _configuration(  # noqa: PLR0917 (the configuration's dimensions, then
             declared.update(getattr(engine.transport, "declared", ()))
             await engine.stop()
             gc.unfreeze()
+            if lag is not None:
+                await lag.close()
     hops, idle_hops = tracker.hops(measured["runs"]), tracker.hops(measured["alone"])
     figures: dict[str, Any] = measured["figures"]
     figures |= {

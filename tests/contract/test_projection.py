@@ -9,6 +9,7 @@ searchable the same way on both adapters.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import socket
 import uuid
@@ -251,6 +252,49 @@ async def test_search_filters_facets_and_tenant_scope(
     assert result.indexed_through_ms > 0 and result.projected_at_ms == now
     limited = await p.search(parse_query("", now, limit=1))
     assert len(limited.runs) == 1 and limited.total == 3
+    assert result.facets["failed_stage"] == {"publish": 1}
+    assert result.facets["failure_class"] == {"listing-refused": 1}
+    assert result.facets["tenant"] == {"acme": 2, "globex": 1}
+    assert (await p.search(parse_query("", now, tenants=()))).facets["tenant"] == {}
+
+
+async def test_search_pages_by_keyset_stably_while_runs_are_updated(
+    opener: Opener, harness: EngineHarness
+) -> None:
+    runs = await _scenario(harness)
+    projector = _projector(harness, opener())
+    await projector.emit(await _events(harness))
+    p, now = projector.projection, harness.clock.now_ms()
+    every = [str(r["run_id"]) for r in (await p.search(parse_query("", now))).runs]
+    assert sorted(every) == sorted(runs.values())
+
+    def after(run: dict[str, JsonValue]) -> tuple[int, str]:
+        at = run["updated_at_ms"]
+        assert isinstance(at, int)
+        return at, str(run["run_id"])
+
+    first = await p.search(dataclasses.replace(parse_query("", now), limit=1))
+    assert [r["run_id"] for r in first.runs] == every[:1] and first.total == 3
+    # the first page's run is updated meanwhile: it moves to the front, and the pages after
+    # the cursor neither repeat it nor lose a run
+    doc = await p.get(every[0])
+    assert doc is not None
+    newer = {**doc.body, "updated_at_ms": int(str(doc.body["updated_at_ms"])) + 60_000}
+    outcome = await p.upsert([dataclasses.replace(doc, seq=doc.seq + 1, body=newer)], now)
+    assert outcome[0].status == "indexed"
+    seen: list[str] = []
+    cursor = after(first.runs[-1])
+    while True:
+        page = await p.search(dataclasses.replace(parse_query("", now), limit=1, after=cursor))
+        assert page.total == 3  # the count is of the whole match, not of what is left
+        if not page.runs:
+            break
+        seen.extend(str(r["run_id"]) for r in page.runs)
+        cursor = after(page.runs[-1])
+    assert seen == every[1:]
+    # a cursor combines with the filters and the tenant scope
+    scoped = dataclasses.replace(parse_query("", now, tenants=("acme",)), after=cursor)
+    assert (await p.search(scoped)).runs == []
 
 
 async def test_items_the_index_refuses_go_to_the_failure_destination_and_are_redriven(

@@ -2,8 +2,10 @@
 
 An engine process (`accord engine run`, platform actions included) and an Etsy connector process
 (`accord worker run accord_worker_marketplace_etsy.handler:worker`) run marketplace-publish runs
-against the Etsy test double, which holds every create's answer after the write. While the
-answers are held, a process is killed with SIGKILL (`kill -9`: no cleanup, no flush):
+against the Etsy test double, which holds every create's answer after the write. Each listing is
+approved at the workflow's gate by an operator (`accord runs approve`, a process of its own) once
+it waits. While the answers are held, a process is killed with SIGKILL (`kill -9`: no cleanup,
+no flush):
 
 - the engine: the connector's request is in flight when the engine dies, and its answer never
   comes in time: the connector's read times out, its reconciliation query finds the listing, and
@@ -31,6 +33,7 @@ from typing import Any
 
 import pytest
 from tests.etsy_double.app import EtsyDouble, serve
+from tests.etsy_double.flow import decide_when_waiting
 from tests.etsy_double.support import CONTRACTS, ROOT, TOKENS, refresh
 
 from accord.adapters import open_engine, open_store
@@ -60,7 +63,7 @@ def _context(model_id: str) -> dict[str, Any]:
             {"label": "convex", "confidence": 0.9},
             {"label": "multi-part", "confidence": 0.8},
         ],
-        "previewKeys": [f"thumbnails/{model_id}/gallery.png"],
+        "previewKeys": [],  # images: test_marketplace_workflow; here, the create alone
     }
 
 
@@ -194,6 +197,7 @@ async def test_engine_killed_between_the_etsy_request_and_its_answer(
     runs = await _start_runs(procs.url)
     engine = procs.engine()
     procs.worker("connector")
+    await decide_when_waiting(procs.url, runs)
     await _held(etsy, procs)
     _kill(engine)
     await asyncio.sleep(2.0)  # the create times out; the query finds it; nobody reads the outcome
@@ -209,6 +213,7 @@ async def test_connector_killed_between_the_etsy_request_and_its_answer(
     runs = await _start_runs(procs.url)
     procs.engine()
     doomed = procs.worker("connector")
+    await decide_when_waiting(procs.url, runs)
     await _held(etsy, procs)
     _kill(doomed)
     written = len(etsy.listings)

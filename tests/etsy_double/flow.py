@@ -3,14 +3,22 @@ marketplace-publish run starts from (the ingest run's analysis, metadata and thu
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
+import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from accord.adapters import open_store
 from accord.engine.machine.state import RunState
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "examples" / "models"
+ACCORD = Path(sys.executable).with_name("accord")
+GATE = "review-listing"  # the marketplace-publish approval gate
 
 
 def demo_models() -> list[tuple[str, Path]]:
@@ -44,3 +52,44 @@ def publish_context(ingest: RunState, run_id: str) -> dict[str, Any]:
         "tags": [dict(t) for t in analysis["tags"]],
         "previewKeys": previews,
     }
+
+
+async def decide_when_waiting(
+    url: str, runs: Sequence[str], decision: str = "approve", *, timeout_s: float = 60
+) -> list[dict[str, Any]]:
+    """Once each run's listing review waits, decide it as an operator does: ``accord runs
+    approve|reject RUN review-listing --store URL --json``, a process of its own. The documents
+    it printed, in the order the gates were decided."""
+
+    async def decide(run_id: str) -> dict[str, Any]:
+        cli = await asyncio.create_subprocess_exec(
+            str(ACCORD), "runs", decision, run_id, GATE, "--store", url, "--json",
+            "--comment", f"{decision} from the marketplace tests",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await cli.communicate()
+        assert cli.returncode == 0, (out.decode(), err.decode())
+        doc: dict[str, Any] = json.loads(out)
+        return doc
+
+    store = open_store(url)
+    pending, printed = list(runs), []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending:
+            assert time.monotonic() < deadline, f"gates never waited: {pending}"
+            waiting = []
+            for run_id in pending:
+                stored = await store.load(run_id)
+                run = RunState.from_json(stored.state) if stored is not None else None
+                if run is not None and run.stages[GATE].status == "waiting":
+                    waiting.append(run_id)
+                else:
+                    assert run is None or not run.terminal, (run_id, run.status, run.error)
+            printed += await asyncio.gather(*(decide(r) for r in waiting))  # the CLIs at once
+            pending = [r for r in pending if r not in waiting]
+            if pending:
+                await asyncio.sleep(0.05)
+    finally:
+        await store.close()
+    return printed

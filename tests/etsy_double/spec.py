@@ -1,12 +1,12 @@
 """The Etsy OpenAPI document the test double speaks, and what it does with it.
 
 ``openapi.json`` beside this module is the part of Etsy's published description the double serves
-(createListing, findAllActiveListingsByShop, getListing and the schemas they reference), copied
-unchanged from ``github.com/etsy/open-api`` at the revision recorded in its ``x-accord-vendored``
-member. OpenAPI 3.0 schema objects are turned into JSON Schema (draft 4, which 3.0 extends) by
-resolving ``$ref`` and expanding ``nullable``; requests are validated with ``jsonschema`` against
-the operation's own schemas, and responses are built from the response schema and checked
-against it before they leave.
+(createListing, findAllActiveListingsByShop, getListing, getListingImages, uploadListingImage and
+the schemas they reference), copied unchanged from ``github.com/etsy/open-api`` at the revision
+recorded in its ``x-accord-vendored`` member. OpenAPI 3.0 schema objects are turned into JSON
+Schema (draft 4, which 3.0 extends) by resolving ``$ref`` and expanding ``nullable``; requests
+are validated with ``jsonschema`` against the operation's own schemas, and responses are built
+from the response schema and checked against it before they leave.
 """
 
 from __future__ import annotations

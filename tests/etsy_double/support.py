@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,9 @@ def config(base_url: str, policies: Path, **kw: Any) -> EtsyConfig:
     )
 
 
-def context(cfg: EtsyConfig, tenant: str = "demo", run_id: str = "r1", attempt: int = 1) -> Context:
+def context(
+    cfg: EtsyConfig, tenant: str = "demo", run_id: str = "r1", attempt: int = 1, **services: Any
+) -> Context:
     return Context(
         run_id=run_id,
         stage="publish-listing",
@@ -59,7 +63,7 @@ def context(cfg: EtsyConfig, tenant: str = "demo", run_id: str = "r1", attempt: 
         capability="marketplace.etsy.publish-listing@1",
         idempotency_key=f"{run_id}:publish-listing",
         envelope={},
-        services={"etsy": cfg},
+        services={"etsy": cfg, **services},
     )
 
 
@@ -80,3 +84,27 @@ def listing(**override: Any) -> dict[str, Any]:
 
 def request(model_id: str = "cube", ref: str = "demo-shop", **override: Any) -> dict[str, Any]:
     return {"modelId": model_id, "shopId": 1, "credentialsRef": ref, "listing": listing(**override)}
+
+
+def png(width: int, height: int, shade: int = 200) -> bytes:
+    """A real PNG of one grey level (what the thumbnail worker writes, smaller)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    rows = b"".join(b"\x00" + bytes([shade]) * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
+            + chunk(b"IEND", b""))  # fmt: skip
+
+
+def thumbnails(objects: Path, tenant: str, model_id: str, count: int = 2) -> list[str]:
+    """``count`` gallery thumbnails of ``model_id`` in the tenant's folder, as model-ingest
+    leaves them; their keys."""
+    keys = [f"thumbnails/{model_id}/gallery-{64 + i}.png" for i in range(count)]
+    for i, key in enumerate(keys):
+        path = objects / tenant / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(png(64 + i, 64 + i, 100 + 40 * i))
+    return keys

@@ -22,7 +22,7 @@ from accord.engine.machine.ids import timer_id
 from accord.engine.ports import Commit
 from accord.engine.runtime.actions import ActionContext
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
-from accord.errors import StageFailed, TransportError
+from accord.errors import StageFailed, StoreError, TransportError
 from accord.testing.clock import FakeClock
 from accord.testing.harness import EngineHarness
 from accord.testing.invariants import assert_run_invariants
@@ -321,8 +321,8 @@ async def test_a_start_up_reconciliation_that_meets_a_broker_away_is_run_again(
     tmp_path: Path,
 ) -> None:
     """A broker restarting while an engine starts defers the first reconciliation to
-    housekeeping (it runs again at the next poll, not a period later); an error that is not
-    retryable still refuses the start."""
+    housekeeping (it runs again at the next poll, not a period later); a transport error that
+    is not retryable, or a store that does not answer, still refuses the start."""
     url = f"sqlite:///{tmp_path / 'r.db'}"
     engine = open_engine(url, url, options=EngineOptions(poll_ms=10, reconcile_every_ms=600_000))
     real = engine.reconciler.run_once
@@ -347,14 +347,18 @@ async def test_a_start_up_reconciliation_that_meets_a_broker_away_is_run_again(
     finally:
         await engine.stop()
 
-    refused = open_engine(url, url, options=EngineOptions(poll_ms=10))
-
     async def broken() -> Any:
         raise TransportError("no such queue", retryable=False)
 
-    refused.reconciler.run_once = broken  # type: ignore[method-assign]
-    try:
-        with pytest.raises(TransportError, match="no such queue"):
-            await refused.start()
-    finally:
-        await refused.stop()
+    async def store_away() -> Any:
+        raise StoreError("connection problem: connection refused", retryable=True)
+
+    for failing, error, match in ((broken, TransportError, "no such queue"),
+                                  (store_away, StoreError, "connection refused")):  # fmt: skip
+        refused = open_engine(url, url, options=EngineOptions(poll_ms=10))
+        refused.reconciler.run_once = failing  # type: ignore[method-assign]
+        try:
+            with pytest.raises(error, match=match):
+                await refused.start()
+        finally:
+            await refused.stop()

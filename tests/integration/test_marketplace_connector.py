@@ -10,15 +10,27 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
+from accord_worker_marketplace_etsy.claims import PREFIX, CreateClaims
 from accord_worker_marketplace_etsy.client import EtsyClient
 from accord_worker_marketplace_etsy.handler import external_id, publish
 from accord_worker_marketplace_etsy.wire import to_form
 from tests.etsy_double.app import EtsyDouble, Fault, serve
-from tests.etsy_double.support import CONTRACTS, config, context, refresh, request
+from tests.etsy_double.support import (
+    CONTRACTS,
+    config,
+    context,
+    png,
+    refresh,
+    request,
+    thumbnails,
+)
 
 from accord.contracts.sources import load_catalog
+from accord.objects.fs import FileObjectStore
 from accord.worker.sdk import RetryableError, TerminalError
+from accord.worker.storage import StorageMap
 
 
 @pytest.fixture
@@ -260,3 +272,115 @@ def test_the_double_repeats_a_blind_create_as_configured(
 def _digests() -> list[tuple[str, str]]:
     catalog = load_catalog(CONTRACTS)
     return [(f"{c.kind}:{c.ref}", catalog.digest(c)) for c in catalog]
+
+
+def test_create_claims_one_winner_a_dead_holder_superseded_and_released(tmp_path: Path) -> None:
+    store = FileObjectStore(tmp_path / "claims")
+    live = CreateClaims(store, lease_s=60, owner="a")
+    dead = CreateClaims(store, lease_s=0, owner="dead")  # its claims are expired when written
+    first = live.take(1, "acc-0123456789abcdef")
+    assert first is not None and first.generation == 1
+    assert CreateClaims(store, owner="b").take(1, "acc-0123456789abcdef") is None  # live: held
+    assert live.take(1, "acc-0123456789abcdef") is None  # even for its own owner: one at a time
+    assert CreateClaims(store).take(1, "acc-fedcba9876543210") is not None  # another id: free
+    live.release(first)
+    gone = dead.take(1, "acc-0123456789abcdef")
+    assert gone is not None and gone.generation == 1  # released: the generation is free again
+    taken = CreateClaims(store, owner="c").take(1, "acc-0123456789abcdef")
+    assert taken is not None and taken.generation == 2, "an expired claim is superseded"
+    prefix = f"{PREFIX}/1/acc-0123456789abcdef/"
+    assert store.list(prefix) == [f"{prefix}00000001.json", f"{prefix}00000002.json"]
+    CreateClaims(store).release(taken)
+    assert store.list(prefix) == []  # the claim and the one it superseded
+
+
+def _with_images(root: Path, model_id: str = "cube") -> dict[str, object]:
+    return request(model_id) | {"previewKeys": thumbnails(root, "demo", model_id)}
+
+
+def _ranked(double: EtsyDouble) -> list[tuple[int, str, int]]:
+    """(rank, file name, width) of every image on the one listing."""
+    (listing_id,) = double.listings
+    return [(i["rank"], i["_file"], i["full_width"]) for i in double.images[listing_id]]
+
+
+def test_images_are_uploaded_once_at_their_ranks_and_a_repeat_uploads_nothing(
+    double: EtsyDouble, url: str, policies: Path, tmp_path: Path
+) -> None:
+    storage = StorageMap.local(tmp_path / "objects")
+    ctx = context(config(url, policies), storage=storage)
+    payload = _with_images(tmp_path / "objects")
+    first = publish(payload, ctx)
+    ext = first["externalId"]
+    assert _ranked(double) == [(1, f"{ext}-1.png", 64), (2, f"{ext}-2.png", 65)]
+    # the listing's images were read before the uploads
+    assert double.received[-3:] == ["getListingImages", "uploadListingImage", "uploadListingImage"]
+    again = publish(payload, ctx)  # a duplicate delivery, a retry, another run of the model
+    assert again["reconciled"] is True and again["listingId"] == first["listingId"]
+    assert len(double.uploads) == 2 and double.received[-1] == "getListingImages"
+    assert double.count("createListing") == 1
+
+
+def test_an_upload_whose_answer_is_lost_is_found_not_repeated(
+    double: EtsyDouble, url: str, policies: Path, tmp_path: Path
+) -> None:
+    double.slow_upload_after_write(1.5, times=1)  # stored, the answer after the client quit
+    storage = StorageMap.local(tmp_path / "objects")
+    ctx = context(config(url, policies, read_timeout_s=0.5), storage=storage)
+    result = publish(_with_images(tmp_path / "objects"), ctx)
+    ext = result["externalId"]
+    assert _ranked(double) == [(1, f"{ext}-1.png", 64), (2, f"{ext}-2.png", 65)]
+    assert len(double.uploads) == 2, "the first image was not uploaded a second time"
+    assert double.received.count("getListingImages") == 2  # before, and after the lost answer
+
+
+def test_an_attempt_that_failed_between_create_and_upload_is_completed_by_the_next(
+    double: EtsyDouble, url: str, policies: Path, tmp_path: Path
+) -> None:
+    double.inject("uploadListingImage", Fault(503))  # nothing stored, the create stands
+    storage = StorageMap.local(tmp_path / "objects")
+    cfg = config(url, policies)
+    payload = _with_images(tmp_path / "objects")
+    with pytest.raises(RetryableError) as failed:
+        publish(payload, context(cfg, attempt=1, storage=storage))
+    assert failed.value.failure_code == "ambiguous-upload"
+    assert len(double.listings) == 1 and double.images == {}
+    result = publish(payload, context(cfg, attempt=2, storage=storage))
+    assert result["reconciled"] is True
+    ext = result["externalId"]
+    assert _ranked(double) == [(1, f"{ext}-1.png", 64), (2, f"{ext}-2.png", 65)]
+    assert double.count("createListing") == 1
+
+
+def test_the_double_checks_the_upload_against_the_document(
+    double: EtsyDouble, url: str, policies: Path
+) -> None:
+    client = EtsyClient(config(url, policies), "token-shop-1")
+    try:
+        listing = client.create_listing(1, to_form(request()["listing"]))
+        listing_id = int(listing["listing_id"])
+        with pytest.raises(TerminalError) as not_image:
+            client.upload_image(1, listing_id, "x.png", b"not an image", 1)
+        assert not_image.value.failure_code == "image-rejected"
+        assert "image: not a JPEG, PNG or GIF" in not_image.value.reason
+        with pytest.raises(TerminalError) as no_listing:
+            client.upload_image(1, listing_id + 999, "x.png", png(4, 4), 1)
+        assert no_listing.value.failure_code == "shop-not-found"  # Etsy's 404
+        assert client.listing_images(1, listing_id) == []
+    finally:
+        client.close()
+    base = {"x-api-key": "double-api-key", "authorization": "Bearer token-shop-1"}
+    path = f"{url}/v3/application/shops/1/listings/{listing_id}/images"
+    as_form = httpx.post(path, data={"rank": "1"}, headers=base)
+    assert as_form.status_code == 400 and "multipart/form-data" in as_form.json()["error"]
+    bad_rank = httpx.post(path, files={"image": ("a.png", png(2, 2))}, data={"rank": "x"},
+                          headers=base)  # fmt: skip
+    assert bad_rank.status_code == 400 and "rank" in bad_rank.json()["error"]
+    not_a_file = httpx.post(path, files={"rank": (None, "1"), "image": (None, "text")},
+                            headers=base)  # fmt: skip
+    assert not_a_file.status_code == 400 and "file part" in not_a_file.json()["error"]
+    read_only = httpx.post(path, files={"image": ("a.png", png(2, 2))},
+                           headers=base | {"authorization": "Bearer token-read-only"})  # fmt: skip
+    assert read_only.status_code == 403  # uploadListingImage needs the listings_w scope
+    ok = httpx.post(path, files={"image": ("a.png", png(3, 2))}, headers=base)
+    assert ok.status_code == 200 and ok.json()["rank"] == 1 and ok.json()["full_width"] == 3

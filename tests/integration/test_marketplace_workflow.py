@@ -1,8 +1,11 @@
 """workflows/marketplace-publish.yaml end to end: the demo's models go through model-ingest with
 the real reference workers, then each is prepared and published by the Etsy connector to the Etsy
-test double over real sockets, and recorded in the catalogue. Every job of the marketplace queue
-is delivered twice and the first create's answer is lost after the write: each model is still
-listed exactly once, and every run records the policy revision its listing was checked against.
+test double over real sockets, and recorded in the catalogue. Each listing is approved by an
+operator at the workflow's gate (``accord runs approve``, its own process) before anything
+reaches Etsy. Every job of the marketplace queue is delivered twice and the first create's
+answer is lost after the write: each model is still listed exactly once, and every run records
+the policy revision its listing was checked against. A rejected listing ends its run with
+nothing sent to Etsy.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pytest
 from accord_worker_marketplace_etsy.handler import PUBLISH, publish
 from accord_worker_marketplace_etsy.handler import worker as etsy_worker
 from tests.etsy_double.app import EtsyDouble, serve
-from tests.etsy_double.flow import place_models, publish_context
+from tests.etsy_double.flow import GATE, decide_when_waiting, place_models, publish_context
 from tests.etsy_double.support import CONTRACTS, ROOT, config, refresh
 
 from accord.cli._demo_run import reference_workers
@@ -28,6 +31,7 @@ from accord.worker.storage import StorageMap
 
 pytestmark = pytest.mark.slow
 TENANT = "demo"
+GRACE_MS = 300  # what the engine leaves to the process that committed an entry, as in the e2e
 
 
 @pytest.fixture
@@ -82,10 +86,14 @@ async def test_the_demo_models_are_listed_once_each_under_duplicates_and_a_lost_
                 await send(q, f"{message_id}.again", body, delay_ms)
 
         engine.transport.publish = twice  # type: ignore[method-assign,assignment]
+        # an approval is committed by another process, the CLI: the engine hands its publish job
+        # over once it is grace_ms old (``accord engine run --grace-ms``)
+        engine.dispatcher.grace_ms = GRACE_MS
         assert await engine.admit(market) == []
         await engine.register_plan(market)
         runs = {m: await engine.start_run(market.name, ctx, tenant=TENANT)
                 for m, ctx in contexts.items()}  # fmt: skip
+        await decide_when_waiting(db, list(runs.values()))
         await wait_terminal(engine, list(runs.values()), timeout_s=60)
         finished: dict[str, RunState] = {}
         for model_id, run_id in runs.items():
@@ -96,6 +104,8 @@ async def test_the_demo_models_are_listed_once_each_under_duplicates_and_a_lost_
 
     for model_id, run in finished.items():
         assert run.status == "completed", (model_id, run.error)
+        (decision,) = dict(run.stages[GATE].result or {})["decisions"]
+        assert decision["decision"] == "approve" and decision["by"].startswith("cli:")
         result = dict(run.stages["publish-listing"].result or {})
         assert (
             result["policy"] == applied["version"] and result["policyDigest"] == applied["digest"]
@@ -106,5 +116,48 @@ async def test_the_demo_models_are_listed_once_each_under_duplicates_and_a_lost_
     ext_ids = {str(finished[m].stages["publish-listing"].result["externalId"]) for m in models}  # type: ignore[index]
     assert all(len([x for x in listed if e in x["tags"]]) == 1 for e in ext_ids)
     assert etsy.received.count("createListing") == len(models), "no create was ever repeated"
+    for model_id, run in finished.items():  # the gallery thumbnails, each uploaded once
+        listing_id = int(run.stages["publish-listing"].result["listingId"])  # type: ignore[index]
+        want = len(contexts[model_id]["previewKeys"])
+        assert want >= 1, f"model-ingest rendered no gallery image of {model_id}"
+        assert [i["rank"] for i in etsy.images.get(listing_id, [])] == list(range(1, want + 1))
+    assert etsy.received.count("uploadListingImage") == sum(
+        len(c["previewKeys"]) for c in contexts.values()
+    ), "an image was uploaded twice under the duplicated jobs"
     assert any(finished[m].stages["publish-listing"].result["reconciled"] for m in models)  # type: ignore[index]
     assert {r["modelId"] for r in rows} == set(models)
+
+
+async def test_a_rejected_listing_ends_the_run_with_nothing_sent_to_etsy(
+    tmp_path: Path, double: tuple[EtsyDouble, str]
+) -> None:
+    etsy, url = double
+    policies = tmp_path / "policies"
+    refresh(policies, tmp_path)
+    catalog = load_catalog(CONTRACTS)
+    market = compile_file(ROOT / "workflows" / "marketplace-publish.yaml", catalog).unwrap()
+    state = tmp_path / "state"
+    state.mkdir()
+    services = {"etsy": config(url, policies), "catalog": catalog}
+    db = f"sqlite:///{state / 'accord.db'}"
+    context = {
+        "modelId": "cube", "ingestRunId": "ingest-1", "format": "stl",
+        "descriptors": ["principal extents 20 × 20 × 20"],
+        "tags": [{"label": "convex", "confidence": 0.9}], "previewKeys": [],
+    }  # fmt: skip
+    async with ingest_stack(db, market, catalog, [etsy_worker], state=state,
+                            services=services) as stack:  # fmt: skip
+        stack.engine.dispatcher.grace_ms = GRACE_MS
+        run_id = await stack.engine.start_run(market.name, context, tenant=TENANT)
+        (printed,) = await decide_when_waiting(db, [run_id], "reject")
+        await wait_terminal(stack.engine, [run_id], timeout_s=20)
+        run = await stack.engine.load(run_id)
+        rows = stack.platform.catalogue.rows(TENANT)
+    assert printed["intent"] == "failed"
+    assert run is not None and run.status == "failed", run
+    gate = run.stages[GATE]
+    assert gate.status == "failed" and gate.error["code"] == "approval-rejected", gate
+    assert run.stages["prepare-listing"].status == "completed"
+    assert run.stages["publish-listing"].attempt == 0, "the publish job was never dispatched"
+    assert etsy.received == [] and etsy.listings == {}, "nothing reached Etsy"
+    assert rows == []

@@ -14,6 +14,7 @@ from accord.cli import (
     contracts,
     dead_letters,
     demo,
+    dev,
     doctor,
     engine,
     events,
@@ -55,6 +56,7 @@ app.add_typer(policy.app, name="policy")
 app.add_typer(objects.app, name="objects")
 app.add_typer(telemetry.app, name="telemetry")
 app.add_typer(alerts.app, name="alerts")
+app.add_typer(dev.app, name="dev")
 app.command("demo")(demo.demo)
 app.command("serve")(serve.serve)
 app.command("doctor")(doctor.doctor)

@@ -2,21 +2,88 @@
 
 ``accord alerts list [--alerts PATH] [--open] [--json]`` reads the alert book the engine writes
 (``<state>/alerts.db``, ``.accord/alerts.db`` by default) without changing it.
+
+:data:`AlertRulesOpt` is ``--alert-rules`` of ``accord engine run`` and ``accord serve``: the
+periodic evaluation they start (:func:`start_alerting`) over ``<state>/alerts.db``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from accord.cli._common import console, emit_json, refuse
+from accord.cli._common import console, emit_json, refuse, usage
+
+if TYPE_CHECKING:
+    from accord.adapters.telemetry.alerts import AlertBook, Alerting, AlertRules
 
 app = typer.Typer(help="Alerts raised by the engine's rules.", no_args_is_help=True)
 
 DEFAULT = Path(".accord") / "alerts.db"
+AlertRulesOpt = Annotated[
+    str,
+    typer.Option(
+        "--alert-rules",
+        help="evaluate the alert rules into STATE/alerts.db: on, off, or key=value pairs over "
+        "the defaults (every=10s,queued=30s,lag=60s,stranded=60s,poison=3,poison-window=10m)",
+    ),
+]
+
+
+def rules_or_exit(spec: str) -> AlertRules | None:
+    """``--alert-rules`` parsed (``None``: off); a bad one is a usage error (exit 2)."""
+    from accord.adapters.telemetry.alerts import parse_rules  # noqa: PLC0415
+
+    try:
+        return parse_rules(spec)
+    except ValueError as exc:
+        usage(f"--alert-rules: {exc}")
+
+
+@dataclass(slots=True)
+class Evaluating:
+    """A running evaluation: the rules over one engine, recording into ``book``."""
+
+    alerting: Alerting
+    book: AlertBook
+    stop: asyncio.Event
+    task: asyncio.Task[None]
+
+    async def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(self.task, 30)
+        self.book.close()
+
+
+def existing_book(state: Path) -> AlertBook | None:
+    """``state/alerts.db`` when an engine wrote one there (``accord serve --no-engine``)."""
+    from accord.adapters.telemetry.alerts import AlertBook  # noqa: PLC0415
+
+    path = state / "alerts.db"
+    return AlertBook(path) if path.is_file() else None
+
+
+def start_alerting(
+    engine: Any, rules: AlertRules, state: Path, *, lag_ms: Callable[[], int] | None = None
+) -> Evaluating:
+    """Start evaluating ``rules`` over ``engine`` every ``rules.every_ms`` (from now), recording
+    into ``state/alerts.db`` and the process's metrics."""
+    from accord.adapters.telemetry.alerts import AlertBook, Alerting  # noqa: PLC0415
+    from accord.adapters.telemetry.metrics import metrics  # noqa: PLC0415
+
+    book = AlertBook(state / "alerts.db")
+    alerting = Alerting(engine, book, rules, lag_ms=lag_ms, metrics=metrics())
+    stop = asyncio.Event()
+    task = asyncio.get_running_loop().create_task(alerting.run(stop), name="accord-alerts")
+    return Evaluating(alerting, book, stop, task)
 
 
 @app.command("list")

@@ -5,7 +5,9 @@ reconciles first (stranded outbox entries, overdue deadlines, dead-lettered jobs
 dispatcher sweep, timer service, outcome intake, run intake (``run-requested@1`` messages on
 ``accord.runs``, which ``accord runs start`` and any other process publish) and periodic
 reconciliation until SIGINT or SIGTERM, when it stops gracefully: loops stop, in-flight commits
-finish, ports close. Several processes may run against the same store. Ended runs are removed
+finish, ports close. Several processes may run against the same store. Every
+``--canary-every-ms`` (5 s) the engine promotes or aborts a running canary whose criteria decide
+(as ``accord workflow promote --auto``; one decision across all engines). Ended runs are removed
 once they saw no change for ``--history-retention`` (30 days; ``off`` keeps them). The platform
 actions (cache lookup, catalogue, audit) are registered here unless ``--no-platform``: the engine
 that starts a run or commits its next transition runs its action stages itself, so a run started
@@ -44,7 +46,16 @@ from accord.cli._redaction import (
     sealing_or_exit,
     warn_unsealed,
 )
-from accord.cli.telemetry import ProjectionOpt, projection_for
+from accord.cli.alerts import AlertRulesOpt, rules_or_exit
+from accord.cli.telemetry import (
+    MetricsOpt,
+    ProjectionOpt,
+    TraceSampleOpt,
+    metrics_or_exit,
+    observe_engine,
+    projection_for,
+    ratio_or_exit,
+)
 from accord.engine.runtime.holding import HOLD_MS
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.engine.runtime.retention import parse_duration
@@ -85,6 +96,9 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     poll_ms: Annotated[int, typer.Option(min=1, help="timer and housekeeping poll")] = 50,
     lease_ms: Annotated[int, typer.Option(min=100, help="timer and outbox lease")] = 30_000,
     grace_ms: Annotated[int, typer.Option(min=0, help="age before the sweep republishes")] = 5_000,
+    canary_every_ms: Annotated[
+        int, typer.Option(min=0, help="how often running canaries are settled (0: never)")
+    ] = 5_000,
     platform: Annotated[
         bool, typer.Option(help="run the platform actions (cache, catalogue, audit) here")
     ] = True,
@@ -117,10 +131,15 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     ] = DEFAULT_CONNECT_TIMEOUT,
     claims: ClaimsOpt = None,
     projection: ProjectionOpt = None,
+    alert_rules: AlertRulesOpt = "on",
+    metrics_at: MetricsOpt = None,
+    trace_sample: TraceSampleOpt = None,
     loop: LoopOpt = "auto",
 ) -> None:
     """Run the engine until interrupted."""
     chosen_loop = pick_loop(loop)
+    rules, metrics_addr = rules_or_exit(alert_rules), metrics_or_exit(metrics_at)
+    ratio = ratio_or_exit(trace_sample)
     claim_store = claims_or_exit(claims, store, state)
     retention_ms = _retention(history_retention)
     connect_s = connect_timeout(connect_timeout_opt)
@@ -137,12 +156,13 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         engine = open_engine(
             store,
             transport,
-            sink=otel.register(search.sink),  # spans when OTEL_* says so
+            sink=otel.register(search.sink, ratio=ratio),  # spans when OTEL_* says so
             options=EngineOptions(
                 owner=owner,
                 poll_ms=poll_ms,
                 lease_ms=lease_ms,
                 grace_ms=grace_ms,
+                canary_every_ms=canary_every_ms,
                 accept_linger_ms=accept_linger_ms,
                 store_hold_ms=store_hold_ms,
                 retention_ms=retention_ms,
@@ -166,12 +186,14 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         for sig in (signal.SIGINT, signal.SIGTERM):
             running.add_signal_handler(sig, stop.set)
         await engine.start()
+        observing = await observe_engine(engine, search, rules, state, metrics_addr)
         # start-up objects (modules, plans, schemas) live forever: take them out of the cyclic
         # collector's scans, which otherwise pause the loop for milliseconds mid-transition
         gc.collect()
         gc.freeze()
         console.print(f"engine {engine.owner} running on {store} ({chosen_loop} loop)")
         await stop.wait()
+        await observing.close()
         await engine.stop()
         await search.close()
         console.print(f"engine {engine.owner} stopped after {engine.transitions} transitions")

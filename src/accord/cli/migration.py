@@ -8,7 +8,8 @@
 - ``accord workflow migration-plan OLD NEW [--map …]`` prints the stage map and, for every live
   run of OLD, whether it could move and why not.
 - ``accord workflow shadow NEW --runs N`` replays the newest N completed runs of the active
-  version through NEW with every effect off and reports the divergences.
+  version through NEW with every effect off and reports the divergences; ``--where QUERY``
+  (the terms of ``accord runs search``, e.g. ``'status:failed since:7d'``) chooses the runs.
 - ``accord workflow activate FILE --canary 10%`` (on ``activate``) sends that share of new runs
   to the new version; ``accord workflow canary NAME`` shows the split, both versions' recorded
   outcomes and the criteria's verdict; ``promote NAME`` and ``abort NAME`` decide by hand, and
@@ -39,6 +40,7 @@ from accord.engine.ports import Store
 from accord.engine.runtime import canary as canaries
 from accord.engine.runtime.migration import Migrated, candidates, map_between, migrate_run
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
+from accord.engine.runtime.shadow import parse_where
 from accord.engine.runtime.shadow import shadow as shadow_runs
 from accord.errors import AccordError, EngineError, StoreError
 from accord.workflow.activation import stored_document
@@ -215,18 +217,35 @@ def migration_plan(  # noqa: PLR0917 - typer maps each option to a parameter
 
 
 @workflow.app.command("shadow")
-def shadow(
+def shadow(  # noqa: PLR0917 - typer maps each option to a parameter
     new: str,
-    runs_n: Annotated[int, typer.Option("--runs", min=1, help="completed runs to replay")] = 100,
+    runs_n: Annotated[
+        int, typer.Option("--runs", "--limit", min=1, help="how many recorded runs to replay")
+    ] = 100,
+    where: Annotated[
+        str | None,
+        typer.Option(
+            "--where",
+            help="which recorded runs, in the terms of `accord runs search` "
+            "('status:failed tenant:acme since:7d'; default: completed runs of the active version)",
+        ),
+    ] = None,
     store: StoreOpt = workflow.DEFAULT_STORE,
     contracts: ContractsOpt = DEFAULT_CONTRACTS,
     json_out: JsonOpt = False,
 ) -> None:
-    """Replay recorded completed runs through NEW with every effect off; report divergences."""
+    """Replay recorded runs through NEW with every effect off; report divergences."""
 
     async def go(s: Store) -> dict[str, Any]:
         plan = await _plan_ref(s, new, contracts)
-        return (await shadow_runs(s, plan, runs_n)).to_json()
+        query = None
+        if where is not None:
+            try:
+                query = parse_where(where, plan.name, SystemClock().now_ms())
+            except ValueError as exc:
+                usage(f"--where {where!r}: {exc}")
+        doc = (await shadow_runs(s, plan, runs_n, where=query)).to_json()
+        return {**doc, "where": where} if where is not None else doc
 
     doc = _store_run(store, go)
     if json_out:

@@ -24,7 +24,7 @@ import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -42,7 +42,15 @@ from accord.cli._redaction import (
     sealing_or_exit,
     warn_unsealed,
 )
-from accord.cli.telemetry import ProjectionOpt, projection_for
+from accord.cli.alerts import AlertRulesOpt, existing_book, rules_or_exit
+from accord.cli.telemetry import (
+    Observing,
+    ProjectionOpt,
+    TraceSampleOpt,
+    observe_engine,
+    projection_for,
+    ratio_or_exit,
+)
 from accord.contracts.catalog import Catalog
 from accord.contracts.redact import scrub_pattern
 from accord.engine.machine.state import RunState
@@ -71,6 +79,10 @@ def _catalog(contracts: Path) -> tuple[Catalog | None, Path | None]:
         refuse(f"the contracts in {folder} do not lint", diagnostics=exc.diagnostics)
     root = folder.parent.parent if folder.parent.name == "schemas" else None
     return catalog, root
+
+
+if TYPE_CHECKING:
+    from accord.adapters.ingress.ui import Objects
 
 
 def _view(catalog: Catalog | None) -> Any:
@@ -152,6 +164,9 @@ async def serve_forever(
     trigger_sources: Path | None = None,
     claims: str | None = None,
     projection: str | None = None,
+    alert_rules: str = "on",
+    trace_sample: float | None = None,
+    objects: Path | None = None,
 ) -> None:
     """Run the API (and, with ``engine_here``, the engine) until SIGINT or SIGTERM."""
     from accord.adapters import open_engine  # noqa: PLC0415
@@ -163,6 +178,7 @@ async def serve_forever(
     from accord.cli.engine import _with_platform, claims_or_exit  # noqa: PLC0415
     from accord.engine.runtime.orchestrator import EngineOptions  # noqa: PLC0415
 
+    rules = rules_or_exit(alert_rules) if engine_here else None  # evaluated where the engine is
     catalog, root = _catalog(contracts)
     redacting = configure_logging(catalog)
     OneLineFailures(store, transport).install()
@@ -191,7 +207,7 @@ async def serve_forever(
     engine = open_engine(
         store, transport, options=EngineOptions(dispatch=engine_here), catalog=catalog,
         sealing=sealing, remote=remote, claims=claims_or_exit(claims, store, state),
-        sink=otel.register(search.sink),  # spans when OTEL_* says so
+        sink=otel.register(search.sink, ratio=trace_sample),  # spans when OTEL_* says so
     )  # fmt: skip
     search.attach(engine)
     callbacks = None
@@ -204,6 +220,7 @@ async def serve_forever(
         callbacks = CallbackIntake.from_config(remote, engine.transport, replay=replay)
     engine.observers.append(run_observer(redacting, engine, catalog))
     announcing: asyncio.Task[None] | None = None
+    observing = Observing()  # the alert evaluation, once the engine runs
     triggers_here = None  # webhook intake, schedules and message triggers (docs/triggers.md)
     try:
         await reach_or_refuse("server", engine.transport, transport, connect_s)
@@ -222,6 +239,7 @@ async def serve_forever(
             callbacks=callbacks,
         )
         app.state.projection = search.projection  # GET /v1/search
+        app.state.objects = _object_map(objects, state)  # GET /v1/runs/{id}/objects
         if trigger_sources is not None:
             from accord.adapters.ingress import triggers as trig  # noqa: PLC0415
 
@@ -236,6 +254,8 @@ async def serve_forever(
             running.add_signal_handler(sig, server.stop)
         if engine_here:
             await engine.start()
+            observing = await observe_engine(engine, search, rules, state, None, exposed=True)
+        app.state.alerts = observing.book or existing_book(state)  # GET /v1/alerts
         if remote is not None and (
             named := sorted({r.capability for r in remote.remotes.values() if r.capability})
         ):
@@ -260,11 +280,21 @@ async def serve_forever(
                 await announcing
         if triggers_here is not None:
             await triggers_here.stop()
+        await observing.close()
         await engine.stop()
         await search.close()
         controls.close()
         if callbacks is not None:
             await callbacks.verifier.replay.close()
+
+
+def _object_map(objects: Path | None, state: Path) -> Objects | None:
+    """The objects the UI's previews are read from: ``--objects``, else ``STATE/objects`` when
+    that folder exists, else none (``/v1/runs/{id}/objects`` answers ``404 no-object-store``)."""
+    from accord.worker.storage import StorageMap  # noqa: PLC0415
+
+    chosen = objects if objects is not None else state / "objects"
+    return StorageMap.local(chosen) if chosen.is_dir() else None
 
 
 def serve(  # noqa: PLR0917 - typer maps each option to a parameter
@@ -325,6 +355,15 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         ),
     ] = None,
     projection: ProjectionOpt = None,
+    alert_rules: AlertRulesOpt = "on",
+    trace_sample: TraceSampleOpt = None,
+    objects: Annotated[
+        Path | None,
+        typer.Option(
+            "--objects",
+            help="object folder the UI's previews are read from (default: STATE/objects, if any)",
+        ),
+    ] = None,
     loop: LoopOpt = "auto",
 ) -> None:
     """Serve the HTTP control plane (with the engine in this process unless --no-engine)."""
@@ -336,13 +375,16 @@ def serve(  # noqa: PLR0917 - typer maps each option to a parameter
         usage(f"--remote-workers {remote_workers}: no such file")
     if trigger_sources is not None and not trigger_sources.is_file():
         usage(f"--trigger-sources {trigger_sources}: no such file")
+    if objects is not None and not objects.is_dir():
+        usage(f"--objects {objects}: no such folder")
     run_on_loop(
         serve_forever(
             store, transport, host, port, engine_here=not no_engine, platform=platform,
             state=state, contracts=contracts, control=control, jwks=jwks, issuer=issuer,
             audience=audience, rate=rate, burst=burst, max_body=max_body, connect_s=connect_s,
             log_level=log_level, remote_workers=remote_workers, trigger_sources=trigger_sources,
-            claims=claims, projection=projection,
+            claims=claims, projection=projection, alert_rules=alert_rules,
+            trace_sample=ratio_or_exit(trace_sample), objects=objects,
         ),
         chosen_loop,
     )  # fmt: skip

@@ -10,6 +10,11 @@ indexes their runs again. ``status`` says how far the projection has got.
 SQLite file beside a SQLite store (``accord.db`` → ``accord.projection.db``). The same option on
 ``accord engine run``, ``accord serve`` and ``accord demo`` turns the live projector on (``off``
 turns it off; any store other than SQLite has no default).
+
+:func:`observe_engine` is what a serving engine process adds beside the projector: the alert
+evaluation (``--alert-rules``, :mod:`accord.cli.alerts`) and, with ``--metrics [HOST:]PORT`` on
+``accord engine run``, the engine's metrics served as Prometheus text on ``/metrics`` (loopback
+unless a host is named; ``accord serve`` has ``/metrics`` on its API already).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -32,7 +38,18 @@ from accord.engine.runtime.projector import Projector, rebuild, verify
 from accord.errors import StoreError
 
 __all__ = [
-    "Attached", "ProjectionOpt", "app", "describe", "freshness", "projection_for",
+    "Attached",
+    "MetricsOpt",
+    "Observing",
+    "ProjectionOpt",
+    "TraceSampleOpt",
+    "app",
+    "describe",
+    "freshness",
+    "metrics_or_exit",
+    "observe_engine",
+    "projection_for",
+    "ratio_or_exit",
     "resolve_projection",
 ]  # fmt: skip
 
@@ -52,6 +69,14 @@ ProjectionOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+MetricsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics",
+        help="serve the engine's metrics (Prometheus text) on http://[HOST:]PORT/metrics; "
+        "PORT alone listens on 127.0.0.1; 0 takes a free port",
+    ),
+]
 T = TypeVar("T")
 LINGER_MS = 100  # a serving engine's projector: least time between batches (coalescing)
 
@@ -99,9 +124,12 @@ class Attached:
             return None
         self.projector = Projector(engine.store, self.projection, engine.clock, linger_ms=LINGER_MS)
         self.sink.register("projection", self.projector, required=True)
+        engine.observers.append(self.projector)  # commits of ended runs with no telemetry
         return self.projector
 
     async def close(self) -> None:
+        if self.projector is not None:
+            await self.projector.drain()
         if self.projection is not None:
             await self.projection.close()
 
@@ -124,6 +152,95 @@ def projection_for(option: str | None, store_url: str, *, writes: bool = True) -
         )
         return Attached(None, None, None)
     return Attached(url, projection, FanoutSink() if writes else None)
+
+
+TraceSampleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--trace-sample",
+        help="share of runs traced, 0 to 1 (0.1, 10%); default: OTEL_TRACES_SAMPLER(_ARG), else 1",
+    ),
+]
+
+
+def ratio_or_exit(option: str | None) -> float | None:
+    """``--trace-sample`` as a ratio (``None``: as the ``OTEL_TRACES_SAMPLER`` variables say)."""
+    if option is None:
+        return None
+    from accord.adapters.telemetry.otel import parse_ratio  # noqa: PLC0415
+
+    try:
+        return parse_ratio(option)
+    except ValueError as exc:
+        usage(f"--trace-sample {exc}")
+
+
+def metrics_or_exit(option: str | None) -> tuple[str, int] | None:
+    """``--metrics`` as (host, port), ``None`` when not given; a bad one is exit 2."""
+    if option is None or option.strip().lower() in ("off", "none", ""):
+        return None
+    from accord.adapters.telemetry.metrics import metrics_address  # noqa: PLC0415
+
+    try:
+        return metrics_address(option)
+    except ValueError as exc:
+        usage(f"--metrics {exc}")
+
+
+@dataclass(slots=True)
+class Observing:
+    """What :func:`observe_engine` started; :meth:`close` stops it."""
+
+    alerts: Any = None  # accord.cli.alerts.Evaluating
+    server: asyncio.Server | None = None
+
+    @property
+    def book(self) -> Any:
+        return None if self.alerts is None else self.alerts.book
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+        if self.alerts is not None:
+            await self.alerts.close()
+
+
+async def observe_engine(
+    engine: Any,
+    search: Attached,
+    rules: Any,
+    state: Path,
+    metrics_at: tuple[str, int] | None,
+    *,
+    exposed: bool = False,
+) -> Observing:
+    """Start the alert evaluation (``rules``; ``None``: none) and, with ``metrics_at``, the
+    engine's metrics observer and their ``/metrics`` endpoint; the line ``metrics on URL``
+    names the address bound. ``exposed``: the process serves ``/metrics`` already (the API),
+    so the projector's lag gauge is reported there."""
+    from accord.cli.alerts import start_alerting  # noqa: PLC0415
+
+    projector = search.projector
+    lag = None if projector is None else (lambda: projector.lag_ms)
+    out = Observing()
+    if metrics_at is not None or exposed:
+        from accord.adapters.telemetry import metrics as mx  # noqa: PLC0415
+
+        if not any(isinstance(o, mx.EngineMetrics) for o in engine.observers):
+            mx.EngineMetrics.attach(engine)
+        if lag is not None:
+            mx.watch_lag(lag)
+    if metrics_at is not None:
+        try:
+            out.server = await mx.serve_metrics(*metrics_at)
+        except OSError as exc:
+            usage(f"--metrics {metrics_at[0]}:{metrics_at[1]}: {exc.strerror or exc}")
+        host, port = out.server.sockets[0].getsockname()[:2]
+        console.print(f"metrics on http://{host}:{port}/metrics", markup=False, soft_wrap=True)
+    if rules is not None:
+        out.alerts = start_alerting(engine, rules, state, lag_ms=lag)
+    return out
 
 
 def _with_both(

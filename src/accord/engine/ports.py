@@ -286,13 +286,17 @@ class SearchQuery:
     until_ms: int | None = None
     text: str = ""
     limit: int = 50
+    # keyset paging: only runs after this ``(updated_at_ms, run_id)`` in the result order (newest
+    # update first, then run id); ``total`` and the facets still count the whole match
+    after: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     runs: list[JsonDict]  # run document bodies, newest update first
     total: int  # matches before ``limit``
-    facets: dict[str, dict[str, int]]  # ``status`` and ``version`` (``workflow@digest``) counts
+    # ``status``, ``version`` (``workflow@digest``), ``failed_stage``, ``failure_class``, ``tenant``
+    facets: dict[str, dict[str, int]]
     indexed_through_ms: int  # event time of the newest event applied (0: none yet)
     projected_at_ms: int  # when the projector last wrote (0: never)
 

@@ -21,6 +21,7 @@ from .marketplace_listing_preparation_request_v1 import MarketplaceListingPrepar
 from .marketplace_listing_publication_v1 import MarketplaceListingPublicationV1
 from .marketplace_publish_context_v1 import MarketplacePublishContextV1
 from .marketplace_publish_listing_request_v1 import MarketplacePublishListingRequestV1
+from .marketplace_publish_listing_request_v2 import MarketplacePublishListingRequestV2
 from .metadata_extraction_request_v1 import MetadataExtractionRequestV1
 from .model_ingest_context_v1 import ModelIngestContextV1
 from .outcome_v1 import OutcomeV1
@@ -56,6 +57,7 @@ MODELS: dict[tuple[str, int], type[BaseModel]] = {
     ('marketplace-listing-publication', 1): MarketplaceListingPublicationV1,
     ('marketplace-publish-context', 1): MarketplacePublishContextV1,
     ('marketplace-publish-listing-request', 1): MarketplacePublishListingRequestV1,
+    ('marketplace-publish-listing-request', 2): MarketplacePublishListingRequestV2,
     ('metadata-extraction-request', 1): MetadataExtractionRequestV1,
     ('model-ingest-context', 1): ModelIngestContextV1,
     ('outcome', 1): OutcomeV1,
@@ -93,6 +95,7 @@ __all__ = [
     "MarketplaceListingPublicationV1",
     "MarketplacePublishContextV1",
     "MarketplacePublishListingRequestV1",
+    "MarketplacePublishListingRequestV2",
     "MetadataExtractionRequestV1",
     "ModelIngestContextV1",
     "OutcomeBatchV1",

@@ -11,6 +11,8 @@ One job, in order::
     publish "accepted"                  BEFORE the handler starts: from here the engine owns it
     run handler, heartbeating           sync handlers in a thread; progress as it is reported
     validate result                     invalid → terminal "invalid-result"
+                                        (with ``claims``, a result above the threshold is
+                                        checked in and answered as ``{"payloadRef": …}``)
     give the slot back; publish final outcome, record, ack
 
 A slot is held from acceptance to the handler's end, so a job is accepted only when it can start
@@ -74,14 +76,17 @@ from typing import Any
 
 from accord.adapters.telemetry.metrics import worker_metrics
 from accord.adapters.telemetry.otel import worker_span
+from accord.canonical import canonical_json
 from accord.contracts.catalog import Catalog
+from accord.contracts.redact import scrub
 from accord.contracts.sealing import Keyring
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.intake import OUTCOMES_QUEUE
 from accord.engine.runtime.outbox import control_queue
 from accord.engine.runtime.wire import outcome_message_id
 from accord.errors import StageFailed
-from accord.objects.ports import ObjectStore
+from accord.objects.claims import THRESHOLD_BYTES, check_in_result
+from accord.objects.ports import ObjectError, ObjectStore
 from accord.worker import wire
 from accord.worker.acceptance import AcceptanceLog
 from accord.worker.batching import OutcomeBatcher
@@ -141,7 +146,15 @@ class Runtime:
         self._slots = asyncio.Semaphore(slots)  # handlers at once
         self._prefetch = 2 * slots
         self._held = asyncio.Semaphore(self._prefetch)  # jobs held at once
-        self.queues: dict[str, Binding] = {self._queue_of(b): b for b in worker.bindings.values()}
+        self.queues: dict[str, Binding] = {}
+        for binding in worker.bindings.values():  # one handler per queue: say which, not drop one
+            queue = self._queue_of(binding)
+            if queue in self.queues:
+                raise ValueError(
+                    f"{worker.name}: {self.queues[queue].capability} and {binding.capability} "
+                    f"both take queue {queue!r}; a worker serves one capability per queue"
+                )
+            self.queues[queue] = binding
         self.inflight: dict[str, Context] = {}  # fence → context of the running attempt
         self.cancelled = CancelledFences()  # (stage, fence) of cancellation requests received
         self._current = current  # reads the run record: is the attempt still current?
@@ -379,6 +392,8 @@ class Runtime:
             final = wire.check_result(
                 self.catalog, self._contract(binding, "result"), result, self.sealing
             )
+            if final[0] == "succeeded" and self.claims is not None:
+                final = await self._check_in_result(job, final[1])
         except StageFailed as exc:
             final = failure(exc.failure_code, exc.reason, retryable=exc.retryable)
         except Exception as exc:
@@ -396,6 +411,27 @@ class Runtime:
             await asyncio.gather(*beats, *waits, return_exceptions=True)
         kind, body = final
         return self._outcome(job, kind, body)
+
+    async def _check_in_result(
+        self, job: Job, result: dict[str, Any]
+    ) -> tuple[str, dict[str, Any]]:
+        """A result above the claim threshold written to ``claims`` (off the event loop) and
+        answered as ``{"payloadRef": …}``, which intake reads back and verifies; a smaller one
+        unchanged. A store that fails is a ``storage-unavailable`` failure, retryable if the
+        store says so."""
+        tenant = job.envelope.get("tenant")
+        if not isinstance(tenant, str) or not tenant or self.claims is None:
+            return "succeeded", result
+        if len(canonical_json(result)) <= THRESHOLD_BYTES:
+            return "succeeded", result
+        if job.opened is not None:  # as wire.outcome scrubs an inline result
+            result = scrub(result, job.opened)
+        try:
+            ref = await asyncio.to_thread(check_in_result, result, self.claims, tenant)
+        except ObjectError as exc:
+            why = f"result claim check: the object store refused or failed: {exc}"
+            return failure("storage-unavailable", why, retryable=exc.retryable)
+        return "succeeded", ref
 
     async def _call(self, binding: Binding, payload: dict[str, Any], ctx: Context) -> Any:
         if binding.is_async:

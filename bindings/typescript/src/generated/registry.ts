@@ -1212,6 +1212,63 @@ export const CONTRACTS: Record<string, ContractEntry> = {
     "tolerates": [],
     "version": 1
   },
+  "marketplace-publish-listing-request@2": {
+    "maxBytes": 1048576,
+    "name": "marketplace-publish-listing-request",
+    "schema": {
+      "$id": "urn:accord:contract:marketplace-publish-listing-request:2",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "Request to publish a prepared listing to an Etsy shop, with the gallery images to upload to it. The OAuth token is never here: credentialsRef is an opaque reference the connector resolves from its own configuration; previewKeys are object keys in the run's tenant store.",
+      "properties": {
+        "credentialsRef": {
+          "description": "Opaque reference to the shop's OAuth token in the connector's configuration.",
+          "pattern": "^[a-z0-9][a-z0-9-]{0,63}$",
+          "type": "string",
+          "x-accord-sensitive": true
+        },
+        "listing": {
+          "description": "An etsy-create-listing-request@1 document.",
+          "type": "object"
+        },
+        "modelId": {
+          "pattern": "^[A-Za-z0-9_-]{1,64}$",
+          "type": "string"
+        },
+        "previewKeys": {
+          "default": [],
+          "description": "The listing's images in gallery order (rank 1 first); Etsy takes at most 10.",
+          "items": {
+            "format": "object-key",
+            "maxLength": 1024,
+            "type": "string"
+          },
+          "maxItems": 10,
+          "type": "array"
+        },
+        "shopId": {
+          "minimum": 1,
+          "type": "integer"
+        }
+      },
+      "required": [
+        "credentialsRef",
+        "listing",
+        "modelId",
+        "shopId"
+      ],
+      "title": "marketplace-publish-listing-request@2",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "marketplace-publish-listing-request",
+        "owner": "marketplace",
+        "status": "active",
+        "wireVersion": 2
+      }
+    },
+    "tolerates": [],
+    "version": 2
+  },
   "metadata-extraction-request@1": {
     "maxBytes": 1048576,
     "name": "metadata-extraction-request",

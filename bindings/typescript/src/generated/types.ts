@@ -423,6 +423,30 @@ export interface MarketplacePublishListingRequestV1 {
 }
 
 /**
+ * Request to publish a prepared listing to an Etsy shop, with the gallery images to upload to it. The OAuth token is never here: credentialsRef is an opaque reference the connector resolves from its own configuration; previewKeys are object keys in the run's tenant store.
+ */
+export interface MarketplacePublishListingRequestV2 {
+  /**
+   * Opaque reference to the shop's OAuth token in the connector's configuration.
+   */
+  credentialsRef: string;
+  /**
+   * An etsy-create-listing-request@1 document.
+   */
+  listing: {
+    [k: string]: unknown | undefined;
+  };
+  modelId: string;
+  /**
+   * The listing's images in gallery order (rank 1 first); Etsy takes at most 10.
+   *
+   * @maxItems 10
+   */
+  previewKeys?: string[];
+  shopId: number;
+}
+
+/**
  * Request to measure a model's geometry.
  */
 export interface MetadataExtractionRequestV1 {

@@ -189,6 +189,9 @@ def create_app(
     importlib.import_module("accord.adapters.ingress.observe").install(app)  # /readyz, /metrics
     app.include_router(importlib.import_module("accord.adapters.ingress.search").router)
     app.include_router(importlib.import_module("accord.adapters.ingress.migration").router)
+    ui = importlib.import_module("accord.adapters.ingress.ui")  # /ui/ and the reads it needs
+    app.include_router(ui.api)
+    app.include_router(ui.pages)
 
     @app.get("/healthz", tags=["health"], summary="Liveness (no authentication)")
     async def healthz() -> dict[str, str]:

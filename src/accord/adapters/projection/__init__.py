@@ -17,6 +17,11 @@ matches runs in which that stage started (its status is neither ``pending`` nor 
 failed with that stage among their failed stages; ``since:``/``until:`` bound the run's last
 update; bare words are full-text over the run's workflow, status, stage names, failure classes,
 trigger and requester.
+
+A search pages by keyset: ``SearchQuery.after`` is the ``(updated_at_ms, run_id)`` of the last
+run of the page before, so a page is stable while runs are updated (a run updated meanwhile moves
+to the front, it is neither repeated nor does it push others out of later pages). The facets
+count runs by ``status``, ``version``, ``failed_stage``, ``failure_class`` and ``tenant``.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from accord.errors import StoreError
 
 __all__ = [
     "DEFAULT_MAX_DOC_BYTES",
+    "FACETS",
     "PROJECTION_SCHEMES",
     "default_projection_url",
     "encode_body",
@@ -38,6 +44,7 @@ __all__ = [
 ]
 
 PROJECTION_SCHEMES = ("sqlite", "postgresql")
+FACETS = ("status", "version", "failed_stage", "failure_class", "tenant")  # every search counts
 DEFAULT_MAX_DOC_BYTES = 1 << 20
 
 

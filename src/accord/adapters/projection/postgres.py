@@ -23,7 +23,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from accord.adapters._store_rules import int_option
-from accord.adapters.projection import DEFAULT_MAX_DOC_BYTES, encode_body, search_text
+from accord.adapters.projection import DEFAULT_MAX_DOC_BYTES, FACETS, encode_body, search_text
 from accord.engine.ports import (
     Document,
     FailedDocument,
@@ -264,11 +264,15 @@ class PostgresProjection:
                 int(marks.get("projected_at_ms", 0)),
             )
             if query.tenants == ():
-                return SearchResult([], 0, {"status": {}, "version": {}}, through, at)
+                return SearchResult([], 0, {k: {} for k in FACETS}, through, at)
+            page, page_args = clause, list(args)
+            if query.after is not None:  # keyset: after the cursor's place in the order
+                page += " AND (updated_at < %s OR (updated_at = %s AND doc_id > %s))"
+                page_args.extend([query.after[0], query.after[0], query.after[1]])
             rows = await (await conn.execute(
-                f"SELECT body FROM projection_docs WHERE {clause} "
+                f"SELECT body FROM projection_docs WHERE {page} "
                 "ORDER BY updated_at DESC, doc_id LIMIT %s",
-                [*args, max(0, query.limit)],
+                [*page_args, max(0, query.limit)],
             )).fetchall()  # fmt: skip
             total = await (await conn.execute(
                 f"SELECT count(*) FROM projection_docs WHERE {clause}", args
@@ -283,12 +287,28 @@ class PostgresProjection:
                 f"count(*) FROM projection_docs WHERE {clause} GROUP BY 1",
                 args,
             )).fetchall()  # fmt: skip
+            listed: dict[str, dict[str, int]] = {}
+            for name, key in (("failed_stage", "failed_stages"),
+                              ("failure_class", "failure_classes")):  # fmt: skip
+                counted = await (await conn.execute(
+                    f"SELECT j, count(*) FROM (SELECT body FROM projection_docs WHERE {clause}) d, "
+                    f"jsonb_array_elements_text(coalesce(d.body -> '{key}', '[]'::jsonb)) j "
+                    "GROUP BY j",
+                    args,
+                )).fetchall()  # fmt: skip
+                listed[name] = {r[0]: int(r[1]) for r in counted}
+            tenant = await (await conn.execute(
+                f"SELECT tenant, count(*) FROM projection_docs WHERE {clause} GROUP BY tenant",
+                args,
+            )).fetchall()  # fmt: skip
         return SearchResult(
             [r[0] for r in rows],
             int(total[0]) if total else 0,
             {
                 "status": {r[0]: int(r[1]) for r in status},
                 "version": {r[0]: int(r[1]) for r in version},
+                **listed,
+                "tenant": {r[0]: int(r[1]) for r in tenant},
             },
             through,
             at,

@@ -18,7 +18,7 @@ from typing import Any
 
 from accord.adapters import _store_rules as rules
 from accord.adapters._sqlite import Database, parse_sqlite_url
-from accord.adapters.projection import DEFAULT_MAX_DOC_BYTES, encode_body, search_text
+from accord.adapters.projection import DEFAULT_MAX_DOC_BYTES, FACETS, encode_body, search_text
 from accord.engine.ports import (
     Document,
     FailedDocument,
@@ -210,11 +210,15 @@ class SqliteProjection:
         def read(conn: sqlite3.Connection) -> SearchResult:
             marks = dict(conn.execute("SELECT name, value FROM projection_marks").fetchall())
             if query.tenants == ():
-                return SearchResult([], 0, {"status": {}, "version": {}}, *_marks(marks))
+                return SearchResult([], 0, {k: {} for k in FACETS}, *_marks(marks))
+            page, page_args = clause, list(args)
+            if query.after is not None:  # keyset: after the cursor's place in the order
+                page += " AND (updated_at < ? OR (updated_at = ? AND doc_id > ?))"
+                page_args.extend([query.after[0], query.after[0], query.after[1]])
             rows = conn.execute(
-                f"SELECT body FROM projection_docs WHERE {clause} "
+                f"SELECT body FROM projection_docs WHERE {page} "
                 "ORDER BY updated_at DESC, doc_id LIMIT ?",
-                [*args, max(0, query.limit)],
+                [*page_args, max(0, query.limit)],
             ).fetchall()
             total = conn.execute(
                 f"SELECT count(*) FROM projection_docs WHERE {clause}", args
@@ -228,10 +232,30 @@ class SqliteProjection:
                 f"count(*) FROM projection_docs WHERE {clause} GROUP BY 1",
                 args,
             ).fetchall()
+            listed: dict[str, dict[str, int]] = {}
+            for name, key in (("failed_stage", "failed_stages"),
+                              ("failure_class", "failure_classes")):  # fmt: skip
+                # the body is canonical JSON: a text search skips the (most) runs whose list is
+                # empty without parsing them
+                listed[name] = dict(conn.execute(
+                    f"SELECT j.value, count(*) FROM (SELECT body FROM projection_docs "
+                    f"WHERE {clause} AND instr(body, '\"{key}\":[]') = 0) d, "
+                    f"json_each(d.body, '$.{key}') j GROUP BY j.value",
+                    args,
+                ).fetchall())  # fmt: skip
+            tenant = conn.execute(
+                f"SELECT tenant, count(*) FROM projection_docs WHERE {clause} GROUP BY tenant",
+                args,
+            ).fetchall()
             return SearchResult(
                 [json.loads(r[0]) for r in rows],
                 int(total),
-                {"status": dict(status), "version": dict(version)},
+                {
+                    "status": dict(status),
+                    "version": dict(version),
+                    **listed,
+                    "tenant": dict(tenant),
+                },
                 *_marks(marks),
             )
 

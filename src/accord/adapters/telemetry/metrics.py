@@ -5,9 +5,10 @@ text for ``GET /metrics`` (:func:`prometheus_text`, the prometheus-client exposi
 when the standard ``OTEL_*`` variables name an OTLP endpoint, exported over OTLP/HTTP by a
 periodic reader (``OTEL_METRIC_EXPORT_INTERVAL``).
 
-Labels are only ``workflow``, ``version``, ``stage``, ``capability`` and ``outcome``; a value is
-one the deployment declared (a workflow's name and version, a stage of its plan, a pinned
-capability) or one of a closed vocabulary (:data:`OUTCOMES`), never a tenant, model, request or
+Labels are only ``workflow``, ``version``, ``stage``, ``capability``, ``outcome`` and ``rule``; a
+value is one the deployment declared (a workflow's name and version, a stage of its plan, a pinned
+capability) or one of a closed vocabulary (:data:`OUTCOMES`, :data:`ALERT_RULES`), never a tenant,
+model, request or
 run id, nor anything read from a payload. :meth:`Metrics.add` enforces it: an unknown label name
 raises, an outcome outside the vocabulary becomes ``other``, and each label keeps at most
 :data:`MAX_VALUES` distinct values (the rest become ``other``), so no input can grow the series.
@@ -16,10 +17,15 @@ The engine's figures come from :class:`EngineMetrics`, an engine observer told o
 committed transition (accepted or refused) with the run record after it; the worker's from the
 Python worker runtime (:func:`worker_metrics`): queue age and dispatch-to-acceptance as the worker
 saw them, validation rejections and quarantined messages.
+
+:func:`serve_metrics` is the ``/metrics`` endpoint of a process without the API (``accord engine
+run --metrics [HOST:]PORT``, loopback unless a host is named): a minimal HTTP/1.1 responder on
+asyncio that answers ``GET /metrics`` with :func:`prometheus_text` and anything else with 404.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -31,22 +37,30 @@ if TYPE_CHECKING:
     from accord.engine.runtime.orchestrator import Delivered, Engine
 
 __all__ = [
+    "ALERT_RULES",
     "LABELS",
     "MAX_VALUES",
     "OUTCOMES",
     "EngineMetrics",
     "Metrics",
     "metrics",
+    "metrics_address",
     "prometheus_text",
+    "serve_metrics",
     "watch_lag",
     "worker_metrics",
 ]
 
-LABELS = frozenset({"workflow", "version", "stage", "capability", "outcome"})
+LABELS = frozenset({"workflow", "version", "stage", "capability", "outcome", "rule"})
 OUTCOMES = frozenset({
     "succeeded", "failed", "retryable", "timed-out", "cancelled", "quarantined", "completed",
     "duplicate", "stale", "late", "invalid", "unknown-attempt", "queue", "execution",
-    "heartbeat", "run", "retry", "approval", "other",
+    "heartbeat", "run", "retry", "approval", "firing", "resolved", "other",
+})  # fmt: skip
+# the alert rules (accord.adapters.telemetry.alerts.RULES): a closed vocabulary like OUTCOMES
+ALERT_RULES = frozenset({
+    "divergence-found", "stranded-outbox", "projector-lag", "poison-growing", "no-live-worker",
+    "other",
 })  # fmt: skip
 MAX_VALUES = 256
 # seconds: 5 ms to 10 min, for queue age, acceptance and execution
@@ -69,6 +83,8 @@ INSTRUMENTS: dict[str, tuple[str, str]] = {
     "accord_dispatch_acceptance_seconds": ("histogram", "Dispatch to the attempt's acceptance"),
     "accord_execution_seconds": ("histogram", "Acceptance to the attempt's final outcome"),
     "accord_projector_lag_seconds": ("gauge", "How far the search projection trails the store"),
+    "accord_alerts_open": ("gauge", "Open alerts, by rule"),
+    "accord_alert_transitions": ("counter", "Alerts that started firing or resolved, by rule"),
 }  # fmt: skip
 
 
@@ -120,7 +136,10 @@ class Metrics:
                 self._instruments[metric] = meter.create_histogram(metric, "s", doc)
             else:
                 self._instruments[metric] = meter.create_observable_gauge(
-                    metric, [self._observer(metric)], "s", doc
+                    metric,
+                    [self._observer(metric)],
+                    "s" if metric.endswith("_seconds") else "1",
+                    doc,
                 )
 
     def _observer(self, metric: str) -> Any:
@@ -149,7 +168,9 @@ class Metrics:
                 if name not in LABELS:
                     raise ValueError(f"metric label {name!r} is not one of {sorted(LABELS)}")
                 value = str(raw)
-                if name == "outcome" and value not in OUTCOMES:
+                if (name == "outcome" and value not in OUTCOMES) or (
+                    name == "rule" and value not in ALERT_RULES
+                ):
                     value = "other"
                 seen = self._seen[name]
                 if value not in seen:
@@ -251,6 +272,49 @@ def prometheus_text(m: Metrics) -> bytes:
 def watch_lag(lag_ms: Callable[[], int], m: Metrics | None = None) -> None:
     """Report ``accord_projector_lag_seconds`` from ``lag_ms`` (the projector's ``lag_ms``)."""
     (m or metrics()).gauge("accord_projector_lag_seconds", lambda: [(lag_ms() / 1000, {})])
+
+
+def metrics_address(text: str) -> tuple[str, int]:
+    """``--metrics``: ``PORT`` (on 127.0.0.1) or ``HOST:PORT``; ``ValueError`` says what is
+    expected. Port 0 takes a free one."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]") if sep else "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535 or (sep and not host):
+        raise ValueError(f"{text!r}: expected PORT or HOST:PORT (e.g. 9464, 127.0.0.1:9464)")
+    return host, number
+
+
+async def serve_metrics(host: str, port: int, m: Metrics | None = None) -> asyncio.Server:
+    """Serve ``GET /metrics`` (Prometheus text) on ``host:port`` until the server is closed."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            method, path = [*head.split(b"\r\n", 1)[0].split(b" "), b"", b""][:2]
+            if method in (b"GET", b"HEAD") and path.split(b"?")[0] == b"/metrics":
+                body = await asyncio.to_thread(prometheus_text, m or metrics())
+                status, kind = b"200 OK", PROMETHEUS_TEXT
+            else:
+                body, status, kind = b"not found\n", b"404 Not Found", b"text/plain"
+            writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind
+                         + b"\r\nContent-Length: " + str(len(body)).encode()
+                         + b"\r\nConnection: close\r\n\r\n"
+                         + (b"" if method == b"HEAD" else body))  # fmt: skip
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ConnectionError):  # fmt: skip
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, host, port)
+
+
+PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
 
 
 # -- the engine's figures ------------------------------------------------------------------------

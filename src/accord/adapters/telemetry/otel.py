@@ -18,6 +18,20 @@ One trace per run, with ids the engine already derives (``accord.engine.machine.
 Attributes name the run, stage, attempt, capability and contract version, never a payload value.
 Spans are built from the events the engine commits, so their times are the engine's commit times;
 an engine restarted mid-run still closes the spans (a start it no longer remembers becomes the end).
+
+**Sampling** keeps or drops a run's trace whole. The ratio is ``--trace-sample RATIO`` (``accord
+engine run``, ``accord serve``, :func:`register`) or the standard ``OTEL_TRACES_SAMPLER`` and
+``OTEL_TRACES_SAMPLER_ARG`` (``always_on``, ``always_off``, ``traceidratio``, ``parentbased_*``;
+default 1.0); the SDK's sampler is ``ParentBased(TraceIdRatioBased(ratio))``. The decision is a
+pure function of the trace id, which every process derives from the run id, so the engine and each
+worker configured alike decide the same for a run without asking each other. The engine decides
+once per run (:meth:`Tracing.sampled`) before it builds anything, and the parent contexts handed to
+the SDK carry the decision in their trace flags. A worker also honours the flags of the envelope's
+``traceparent``: ``-00`` (not sampled) is dropped whatever its own ratio; the envelopes the engine
+writes always say ``-01`` (the pure core builds them), so workers must be given the same ratio as
+the engine. An unsampled run costs a dictionary look-up per telemetry event in the engine and one
+parse of the ``traceparent`` in the worker: no span, attribute or context object is built. A ratio
+of 0 registers no span builder at all.
 """
 
 from __future__ import annotations
@@ -39,7 +53,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
 __all__ = [
-    "OtelSink", "Tracing", "enabled", "register", "run_span_id", "tracing", "worker_span",
+    "OtelSink", "Tracing", "enabled", "register", "run_span_id", "sample_ratio", "tracing",
+    "worker_span",
 ]  # fmt: skip
 
 # the span id the next span started in this context takes (the engine's deterministic ids)
@@ -62,6 +77,41 @@ def enabled(env: Mapping[str, str] | None = None) -> bool:
     )
 
 
+_SAMPLERS = {
+    "always_on": 1.0, "always_off": 0.0, "parentbased_always_on": 1.0,
+    "parentbased_always_off": 0.0,
+}  # fmt: skip
+
+
+def sample_ratio(env: Mapping[str, str] | None = None) -> float:
+    """The trace ratio the standard ``OTEL_TRACES_SAMPLER`` (and ``…_ARG``) variables name;
+    1.0 when unset, as the SDK's default; an unknown sampler or a bad argument is 1.0 too (the
+    SDK warns and samples everything as well)."""
+    env = os.environ if env is None else env
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if name in _SAMPLERS:
+        return _SAMPLERS[name]
+    if name in ("traceidratio", "parentbased_traceidratio"):
+        try:
+            ratio = float(env.get("OTEL_TRACES_SAMPLER_ARG", "1.0"))
+        except ValueError:
+            return 1.0
+        return ratio if 0.0 <= ratio <= 1.0 else 1.0
+    return 1.0
+
+
+def parse_ratio(text: str) -> float:
+    """``--trace-sample``: a number from 0 to 1 (``0.1``, ``1``, or ``10%``)."""
+    raw = text.strip()
+    try:
+        ratio = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        ratio = -1.0
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"{text!r}: expected a ratio from 0 to 1 (0.1, 1) or a percentage (10%)")
+    return ratio
+
+
 def run_span_id(run_id: str) -> str:
     """The run span's id (16 hex digits), derived from the run id like the attempt spans'."""
     return hashlib.sha256(f"accord-run-span\x1f{run_id}".encode()).hexdigest()[:16]
@@ -77,15 +127,20 @@ def _parse(traceparent: str) -> tuple[int, int] | None:
         return None
 
 
-class Tracing:
-    """A tracer provider exporting OTLP over HTTP (protobuf), configured from ``OTEL_*``."""
+_LOW64 = (1 << 64) - 1
 
-    def __init__(self, service: str) -> None:
+
+class Tracing:
+    """A tracer provider exporting OTLP over HTTP (protobuf), configured from ``OTEL_*``;
+    ``ratio`` (else :func:`sample_ratio`) is the share of traces kept."""
+
+    def __init__(self, service: str, ratio: float | None = None) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
         from opentelemetry.sdk.resources import Resource  # noqa: PLC0415
         from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
         from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
         from opentelemetry.sdk.trace.id_generator import IdGenerator  # noqa: PLC0415
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased  # noqa: PLC0415
 
         class _Ids(IdGenerator):
             """Random ids, except a span id set for the next span (:data:`_NEXT_SPAN`)."""
@@ -99,11 +154,20 @@ class Tracing:
                 return chosen if chosen is not None else random.getrandbits(128) or 1
 
         name = os.environ.get("OTEL_SERVICE_NAME") or service
+        self.ratio = sample_ratio() if ratio is None else ratio
+        root = TraceIdRatioBased(self.ratio)
+        self._bound = root.bound  # the SDK's own test: low 64 bits of the trace id < bound
         self.provider: TracerProvider = TracerProvider(
-            resource=Resource.create({"service.name": name}), id_generator=_Ids()
-        )
+            resource=Resource.create({"service.name": name}), id_generator=_Ids(),
+            sampler=ParentBased(root),
+        )  # fmt: skip
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self.tracer: Tracer = self.provider.get_tracer("accord")
+
+    def sampled(self, trace_id: int) -> bool:
+        """Whether the trace is kept: ``TraceIdRatioBased``'s decision, made here first so that
+        a dropped run builds nothing."""
+        return (trace_id & _LOW64) < self._bound
 
     def span(
         self,
@@ -129,6 +193,8 @@ class Tracing:
         if ctx is None:
             return
         trace_id, tp_span = ctx
+        if not self.sampled(trace_id):
+            return
         parent_ctx = SpanContext(
             trace_id, parent if parent is not None else tp_span, is_remote=True,
             trace_flags=TraceFlags(TraceFlags.SAMPLED),
@@ -160,7 +226,7 @@ class Tracing:
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags  # noqa: PLC0415
 
         ctx = _parse(traceparent)
-        if ctx is None:
+        if ctx is None or not self.sampled(ctx[0]):
             yield None
             return
         parent = SpanContext(
@@ -187,10 +253,11 @@ class Tracing:
 _TRACING: dict[str, Tracing | None] = {}
 
 
-def tracing(service: str) -> Tracing | None:
-    """The process's tracing for ``service`` when ``OTEL_*`` configures it, else ``None``."""
+def tracing(service: str, ratio: float | None = None) -> Tracing | None:
+    """The process's tracing for ``service`` when ``OTEL_*`` configures it, else ``None``;
+    ``ratio`` (at first use) overrides the ``OTEL_TRACES_SAMPLER`` variables."""
     if service not in _TRACING:
-        _TRACING[service] = Tracing(service) if enabled() else None
+        _TRACING[service] = Tracing(service, ratio) if enabled() else None
     return _TRACING[service]
 
 
@@ -213,6 +280,10 @@ def worker_span(
     t = tracing("accord-worker")
     if t is None:
         return _OFF
+    traceparent = str(envelope.get("traceparent", ""))
+    parsed = _parse(traceparent)
+    if parsed is None or traceparent.endswith("-00") or not t.sampled(parsed[0]):
+        return _OFF  # this run's trace is dropped (here, and by the engine alike)
     attrs: dict[str, str | int] = {
         "accord.run_id": str(envelope.get("runId", "")),
         "accord.stage": str(envelope.get("stage", "")),
@@ -221,11 +292,22 @@ def worker_span(
         "accord.contract": f"{envelope.get('messageType')}@{envelope.get('contractVersion')}",
     }
     name = f"accord.execute {attrs['accord.stage']}"
-    return t.active(name, str(envelope.get("traceparent", "")), attrs, "consumer")
+    return t.active(name, traceparent, attrs, "consumer")
 
 
 def _s(value: JsonValue | None) -> str:
     return "" if value is None else str(value)
+
+
+def _trim(memory: dict[Any, Any]) -> None:
+    while len(memory) > _MEMORY:
+        del memory[next(iter(memory))]
+
+
+_SPANNED = frozenset({
+    "run.started", "run.terminal", "stage.dispatched", "stage.completed", "stage.failed",
+    "callback.rejected",
+})  # fmt: skip
 
 
 class OtelSink:
@@ -236,13 +318,20 @@ class OtelSink:
         self._now = clock_ms or (lambda: int(time.time() * 1000))
         self._runs: dict[str, int] = {}  # run id -> run.started at
         self._attempts: dict[tuple[str, str], tuple[int, int, str]] = {}  # -> attempt, at, cap
+        self._kept: dict[str, bool] = {}  # run id -> its trace is sampled
         self.spans = 0
+        self.dropped = 0  # telemetry events of unsampled runs, skipped
 
     def _forget(self) -> None:
-        while len(self._runs) > _MEMORY:
-            del self._runs[next(iter(self._runs))]
-        while len(self._attempts) > _MEMORY:
-            del self._attempts[next(iter(self._attempts))]
+        for memory in (self._runs, self._attempts, self._kept):
+            _trim(memory)
+
+    def _sampled(self, run_id: str) -> bool:
+        kept = self._kept.get(run_id)
+        if kept is None:
+            trace_id = int(ids.traceparent(run_id, "", 0)[3:35], 16)
+            kept = self._kept[run_id] = self.tracing.sampled(trace_id)
+        return kept
 
     async def emit(self, events: Sequence[Mapping[str, JsonValue]]) -> None:
         for event in events:
@@ -250,10 +339,17 @@ class OtelSink:
         self._forget()
 
     def _one(self, event: Mapping[str, JsonValue]) -> None:
-        name = _s(event.get("name"))
+        name = event.get("name")
+        if name not in _SPANNED:
+            return
         raw = event.get("attributes")
         attrs: Mapping[str, JsonValue] = raw if isinstance(raw, Mapping) else {}
         run_id = _s(event.get("run_id") or attrs.get("runId"))
+        if not self._sampled(run_id):  # the whole trace is dropped: build nothing
+            self.dropped += 1
+            if name == "run.terminal":
+                self._kept.pop(run_id, None)
+            return
         at = event.get("at_ms")
         at_ms = at if isinstance(at, int) else self._now()
         workflow, stage = _s(attrs.get("workflow")), _s(attrs.get("stage"))
@@ -264,6 +360,7 @@ class OtelSink:
         if name == "run.started":
             self._runs[run_id] = at_ms
         elif name == "run.terminal":
+            self._kept.pop(run_id, None)
             start = self._runs.pop(run_id, at_ms)
             status = _s(attrs.get("status"))
             t.span(
@@ -283,7 +380,9 @@ class OtelSink:
                    attributes=a, kind="producer")  # fmt: skip
             self.spans += 1
         elif name in ("stage.completed", "stage.failed", "callback.rejected"):
-            self._outcome(name, run_id, stage, at_ms, attrs=attrs, base=base, run_span=run_span)
+            self._outcome(
+                str(name), run_id, stage, at_ms, attrs=attrs, base=base, run_span=run_span
+            )
 
     def _outcome(
         self, name: str, run_id: str, stage: str, at_ms: int, *,
@@ -316,12 +415,15 @@ class OtelSink:
         self.spans += 2
 
 
-def register(sink: Sink | None, service: str = "accord-engine") -> Sink | None:
+def register(
+    sink: Sink | None, service: str = "accord-engine", *, ratio: float | None = None
+) -> Sink | None:
     """The engine's sink with spans added when ``OTEL_*`` configures tracing: ``sink`` itself
-    when tracing is off; else the :class:`~accord.adapters.telemetry.FanoutSink` given (or a new
+    when tracing is off or samples nothing (``ratio``, else the ``OTEL_TRACES_SAMPLER``
+    variables, is 0); else the :class:`~accord.adapters.telemetry.FanoutSink` given (or a new
     one in front of ``sink``) with an :class:`OtelSink` registered as a best-effort ``otel``."""
-    t = tracing(service)
-    if t is None:
+    t = tracing(service, ratio)
+    if t is None or t.ratio == 0.0:
         return sink
     from accord.adapters.telemetry import FanoutSink  # noqa: PLC0415
 

@@ -3,17 +3,25 @@
 The history is the run's whole story (accepted and refused events, in order), so an operator's
 question "why is this run failed?" is answered by reading it, never by guessing from logs. This
 module is pure: it formats history entries; it decides nothing.
+
+A migration (``run-migrated``) is told in full: from which plan digest to which (and the new
+definition's version), when, by whom and why, then a line with the stage map the move applied —
+which stages were *kept* as they were (state and result carried over), *renamed* (carried over
+under their new name), *retyped* (pending stages that take the new plan's kind), *added* (new,
+pending) and *removed* (dropped with their state). A refused migration names what the proof
+found (``problems``). :func:`migrations` gives the same as JSON documents.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from accord.engine.machine.finalise import needs_reconciliation
 from accord.engine.machine.state import HistoryEntry, RunState
 
-__all__ = ["describe_event", "explain_history", "reconciliation"]
+__all__ = ["describe_event", "explain_history", "migrations", "reconciliation"]
 
 
 def reconciliation(run: RunState) -> list[str]:
@@ -56,9 +64,77 @@ def describe_event(event: dict[str, Any]) -> str:
     return f"{kind.replace('-', ' ')}{where}"
 
 
+def _iso(at_ms: int) -> str:
+    return datetime.fromtimestamp(at_ms / 1000, UTC).isoformat(timespec="seconds")[:-6] + "Z"
+
+
+def migrations(run: RunState, entries: Sequence[HistoryEntry]) -> list[dict[str, Any]]:
+    """Each recorded migration of the run (accepted or refused), oldest first: ``from``, ``to``,
+    ``version``, ``at_ms``, ``at``, ``by``, ``reason``, ``accepted`` and, for a refused one,
+    ``refused`` and ``problems``; the map as ``renamed``, ``retyped``, ``added``, ``removed`` and,
+    for an accepted one, ``kept`` (worked back from the run's stages now)."""
+    found: list[dict[str, Any]] = []
+    for h in entries:
+        ev = h.event
+        if ev.get("kind") != "run-migrated":
+            continue
+        doc: dict[str, Any] = {
+            "seq": h.seq,
+            "from": ev.get("from_digest", ""),
+            "to": ev.get("to_digest", ""),
+            "version": ev.get("to_version", ""),
+            "at_ms": h.at_ms,
+            "at": _iso(h.at_ms),
+            "by": ev.get("by", ""),
+            "reason": ev.get("reason", ""),
+            "accepted": h.accepted,
+            "renamed": dict(ev.get("renamed") or {}),
+            "retyped": dict(ev.get("retyped") or {}),
+            "added": dict(ev.get("added") or {}),
+            "removed": list(ev.get("removed") or ()),
+        }
+        if not h.accepted:
+            doc["refused"] = h.reason
+            doc["problems"] = list(ev.get("problems") or ())
+        found.append(doc)
+    after = {n for n in run.stages if not n.startswith("@")}  # the stages after the latest
+    for m in reversed([m for m in found if m["accepted"]]):  # walk back through each move
+        renamed: dict[str, str] = m["renamed"]
+        kept = after - set(m["added"]) - set(renamed.values())
+        m["kept"] = sorted(kept - set(m["retyped"]))
+        after = kept | set(renamed) | set(m["removed"])
+    return found
+
+
+def _migration_lines(m: dict[str, Any]) -> list[str]:
+    version = f" (version {m['version']})" if m["version"] else ""
+    why = f": {m['reason']}" if m["reason"] else ""
+    head = f"#{m['seq']} migration from {m['from']} to {m['to']}{version} at {m['at']} by {m['by']}"
+    if not m["accepted"]:
+        problems = "; ".join(m["problems"]) or "no problems recorded"
+        return [f"{head}{why}  -> refused: {m['refused']} ({problems})"]
+    parts = []
+    parts.append(f"kept {', '.join(m['kept']) or 'none'}")
+    if m["renamed"]:
+        parts.append("renamed " + ", ".join(f"{o} -> {n}" for o, n in m["renamed"].items()))
+    if m["retyped"]:
+        parts.append(
+            "retyped (pending) " + ", ".join(f"{n} -> {t}" for n, t in m["retyped"].items())
+        )
+    if m["added"]:
+        parts.append("added (pending) " + ", ".join(f"{n} ({t})" for n, t in m["added"].items()))
+    if m["removed"]:
+        parts.append(f"removed {', '.join(m['removed'])}")
+    return [f"{head}{why}", f"   stage map: {'; '.join(parts) or 'unchanged'}"]
+
+
 def explain_history(run: RunState, entries: Sequence[HistoryEntry]) -> list[str]:
     lines = []
+    moved = {m["seq"]: m for m in migrations(run, entries)}
     for h in entries:
+        if h.seq in moved:
+            lines += _migration_lines(moved[h.seq])
+            continue
         verdict = "" if h.accepted else f"  -> refused: {h.reason}"
         note = f"  ({h.note})" if h.note else ""
         lines.append(f"#{h.seq} {describe_event(h.event)}{verdict}{note}")

@@ -38,6 +38,16 @@ not take the outcomes that shared its commit with it. The envelope's fields are 
 of this (:func:`~accord.engine.runtime.wire.outcome_event`: ids, finite numbers, text encodable as
 UTF-8, sizes).
 
+**Claim-checked results.** A ``succeeded`` outcome whose result was above the claim threshold
+carries ``{"payloadRef": {digest, objectKey, sizeBytes}}`` (the worker checked it in,
+:func:`accord.objects.claims.check_in_result`). Intake reads it back from :attr:`Intake.claims`
+(the engine's claim store, ``Engine(claims=…)``), off the event loop, before the engine sees the
+event, so result hooks, history and the run record hold the result itself. A reference that fails
+its check — altered, truncated or missing bytes, another tenant's key — becomes the attempt's
+terminal failure (``corrupt-payload``, ``storage-ref-denied``), recorded in the run's history like
+any other; with no claim store it is the terminal ``payload-ref-unsupported``. A store that does
+not answer leaves the delivery unacknowledged (its redelivery reads it again).
+
 **The store unavailable.** A delivery whose commit meets a retryable
 :class:`~accord.errors.StoreError` is held and processed again in place for up to 10 s
 (:mod:`accord.engine.runtime.holding`) before it is nacked. Nacking at once would spend the
@@ -50,13 +60,14 @@ duplicate on the next pass.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from accord.engine.machine.events import Event
+from accord.engine.machine.events import Event, StageFailed, StageSucceeded
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.consumer import QueueConsumer
 from accord.engine.runtime.holding import Hold
@@ -74,6 +85,9 @@ from accord.engine.runtime.wire import (
     quarantine_queue,
     quarantine_record,
 )
+from accord.errors import StageFailed as Refusal
+from accord.objects.claims import check_out_result
+from accord.objects.ports import ObjectStore
 
 __all__ = [
     "BATCH_TYPE",
@@ -129,6 +143,36 @@ class Intake(QueueConsumer):
         super().__init__(transport, queue, hold)
         self._deliver = deliver
         self.processed = 0
+        # where claim-checked results are read back: the engine's claim store (Engine(claims=…))
+        self.claims: ObjectStore | None = None
+
+    async def _checked_out(self, event: Event, tenant: str) -> Event:
+        """A succeeded event whose result is ``{"payloadRef": …}`` with the verified result in
+        its place, or the attempt's terminal failure when the reference does not check out."""
+        if not isinstance(event, StageSucceeded) or set(event.result) != {"payloadRef"}:
+            return event
+
+        def refused(code: str, message: str) -> StageFailed:
+            return StageFailed(
+                run_id=event.run_id, stage=event.stage, attempt=event.attempt, fence=event.fence,
+                message_id=event.message_id, retryable=False, code=code, message=message[:2000],
+            )  # fmt: skip
+
+        store = self.claims
+        if store is None:
+            return refused(
+                "payload-ref-unsupported",
+                "result.payloadRef: the result was checked in to an object store and this "
+                "engine has none for claims (--claims URL)",
+            )
+        try:
+            result = await asyncio.to_thread(check_out_result, event.result, store, tenant)
+        except Refusal as exc:
+            if exc.retryable:  # the store did not answer: redelivered, read again
+                raise
+            log.warning("result of %s/%s refused: %s", event.run_id, event.stage, exc.reason)
+            return refused(exc.failure_code, f"result.payloadRef: {exc.reason}")
+        return dataclasses.replace(event, result=result)
 
     async def process(self, delivery: Delivery) -> list[Event | None]:
         """Turn one delivery into committed events (one, or a batch's members in order) or
@@ -148,6 +192,7 @@ class Intake(QueueConsumer):
             return list(events)
         doc, event = members[0]
         assert not isinstance(event, MalformedOutcome)  # a lone outcome that is not one raises
+        event = await self._checked_out(event, _tenant(doc))
         try:
             taken = await self._deliver(event, delivery, _tenant(doc))
         except RefusedOutcome as exc:
@@ -171,6 +216,7 @@ class Intake(QueueConsumer):
             name = ident if isinstance(ident, str) and ident else f"{delivery.message_id}#{index}"
             await self._record(delivery, name, str(got), _text(doc), index)
             return None
+        got = await self._checked_out(got, _tenant(doc))
         try:
             taken = await self._deliver(got, None, _tenant(doc))
         except RefusedOutcome as exc:  # judged on its own: the other members go on

@@ -3,9 +3,12 @@
 Started: the timer service, housekeeping (flush done-marks every poll, sweep stranded outbox
 entries every grace period, reconcile fully every ``reconcile_every_ms``), outcome intake, and —
 when a sink is configured — the telemetry consumer. A reconciliation pass runs first, so what a
-crashed predecessor left behind is repaired before new work arrives; when that pass meets a
-store or transport that is away for a moment (a retryable error: the broker restarting), the
-engine starts anyway and housekeeping runs the pass again at its next poll, until one succeeds.
+crashed predecessor left behind is repaired before new work arrives. That pass is also where a
+store that does not answer refuses the start; a transport that fails during it with a retryable
+error (it was reached just before: the broker restarting) lets the engine start anyway, and
+housekeeping runs the pass again at its next poll, until one succeeds.
+Beside housekeeping, when given, the canary pass settles running canaries every
+``canary_every_ms`` (:class:`accord.engine.runtime.canary.Keeper`).
 
 Stopping is graceful, in dependency order: no new work is taken (intake is cancelled only
 between two outcomes, timers and housekeeping finish their pass), then in-flight actions and
@@ -42,6 +45,8 @@ class Loops:
         quiesce: Callable[[], Awaitable[object]],
         poll_ms: int,
         reconcile_every_ms: int,
+        canaries: Callable[[], Awaitable[object]] | None = None,
+        canary_every_ms: int = 0,
     ) -> None:
         self._dispatcher, self._timers, self._intake = dispatcher, timers, intake
         self._executor, self._reconcile, self._quiesce = executor, reconcile, quiesce
@@ -50,6 +55,7 @@ class Loops:
         self._tasks: list[asyncio.Task[None]] = []
         self._intake_task: asyncio.Task[None] | None = None
         self._reconcile_due = False
+        self._canaries, self._canary_every_ms = canaries, canary_every_ms
 
     async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
         self._stop.clear()
@@ -57,7 +63,7 @@ class Loops:
         if reconcile_first:
             try:
                 await self._reconcile()
-            except (StoreError, TransportError) as exc:
+            except TransportError as exc:
                 if not exc.retryable:
                     raise
                 log.warning("first reconciliation deferred to housekeeping: %s", exc)
@@ -68,6 +74,24 @@ class Loops:
             self._intake_task = spawn(self._intake.run(self._stop.is_set))
         if self._dispatcher.has_sink:
             self._tasks.append(spawn(self._dispatcher.run_telemetry(self._stop)))
+        if self._canaries is not None and self._canary_every_ms > 0:
+            self._tasks.append(spawn(self._canary_loop(self._canaries)))
+
+    async def _canary_loop(self, settle: Callable[[], Awaitable[object]]) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._canary_every_ms / 1000)
+            if self._stop.is_set():
+                break
+            try:
+                await settle()
+            except (StoreError, TransportError) as exc:  # away for a moment: the next pass
+                if not exc.retryable:
+                    log.exception("canary pass failed")
+                else:
+                    log.warning("canary pass deferred: %s", exc)
+            except Exception:
+                log.exception("canary pass failed")
 
     async def _housekeeping(self) -> None:
         since_sweep = since_reconcile = 0

@@ -210,10 +210,11 @@ class EngineOptions:
     # None or 0 keeps them for ever
     retention_ms: int | None = DEFAULT_RETENTION_MS
     prune_every_ms: int = 3_600_000  # how often the retention loop runs
+    canary_every_ms: int = 5_000  # how often running canaries are settled (canary.Keeper); 0: off
 
     def __post_init__(self) -> None:
         for name in ("lease_ms", "grace_ms", "poll_ms", "reconcile_every_ms", "store_hold_ms",
-                     "prune_every_ms"):  # fmt: skip
+                     "prune_every_ms", "canary_every_ms"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"EngineOptions.{name} must not be negative")
         if self.retention_ms is not None and self.retention_ms < 0:
@@ -277,6 +278,7 @@ class Engine:
         self.intake = Intake(
             transport, self._deliver_outcome, queue=opts.outcomes_queue, hold=self.hold
         )
+        self.intake.claims = claims
         self.result_checks = list(result_checks)
         # where a plan's context contract is looked up (start_run validates the context with it)
         self.catalog = catalog
@@ -292,10 +294,12 @@ class Engine:
             store, transport, clock, self.deliver, dispatcher=self.dispatcher, runs=self.runs,
             plans=self.plan, lease_ms=opts.lease_ms,
         )  # fmt: skip
+        self.canaries = canary.Keeper(store, clock, owner=self.owner)  # settles canaries
         self.loops = Loops(
             dispatcher=self.dispatcher, timers=self.timers, intake=self.intake,
             executor=self.executor, reconcile=self.reconcile, quiesce=self._idle_wait,
             poll_ms=opts.poll_ms, reconcile_every_ms=opts.reconcile_every_ms,
+            canaries=self.canaries.run_once, canary_every_ms=opts.canary_every_ms,
         )  # fmt: skip
         self.retention = (
             Retention(store, clock, opts.retention_ms, every_ms=opts.prune_every_ms)
@@ -346,6 +350,7 @@ class Engine:
         goes through it (docs/triggers.md §5)."""
         rid = run_id or f"run_{secrets.token_hex(12)}"
         chosen, admission = await canary.admit(self.store, workflow, rid)  # a canary's share
+        self.canaries.note(workflow, admission)
         plan = await self.plans.resolve(chosen or workflow)
         checked = self._check_start(plan, tenant, context)
         await self.deliver(

@@ -29,6 +29,14 @@ the same function from the same data and give the same documents.
   transitions are indexed together, for at most that much more lag.
 - **Lag.** :attr:`Projector.lag_ms` is the age of the newest event of the last batch when it
   was indexed; the projection's mark says how far it has got, and search results report it.
+- **Commits with no telemetry.** Most transitions write telemetry events, but some commits of an
+  ended run write none: a duplicate run request, a stale timer or any other refusal the machine
+  records without an event. They still change the run's record (its version, its refusal
+  counts), and nothing would bring them to the sink. The projector is therefore also an engine
+  observer (:meth:`Projector.__call__`): a committed transition of an ended run that carries no
+  telemetry event has its run indexed again ``linger_ms`` later (several coalesce into one
+  read), without a rebuild. The run's ``ended_at_ms`` and ``duration_ms`` are those of its last
+  accepted entry, so a late report counts as late without moving the end.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accord.engine.machine.effects import EmitTelemetry
 from accord.engine.machine.state import RUN_STATUSES, RUN_TERMINAL
 from accord.engine.ports import (
     Clock,
@@ -134,6 +143,8 @@ def run_document(
     status = str(state.get("status", "running"))
     started = _int(state.get("started_at_ms") or 0)
     updated = max([int(e.get("at_ms", 0)) for e in history] or [started])
+    # a run ends with its last accepted entry: refusals recorded later do not move the end
+    ended = max([int(e.get("at_ms", 0)) for e in history if e.get("accepted", True)] or [updated])
     requested_by = str(state.get("requested_by") or "")
     digest = str(state.get("plan_digest", ""))
     workflow = str(state.get("workflow", ""))
@@ -155,8 +166,8 @@ def run_document(
         "counts": counts,
         "started_at_ms": started,
         "updated_at_ms": updated,
-        "ended_at_ms": updated if status in RUN_TERMINAL else None,
-        "duration_ms": (updated - started) if status in RUN_TERMINAL else None,
+        "ended_at_ms": ended if status in RUN_TERMINAL else None,
+        "duration_ms": (ended - started) if status in RUN_TERMINAL else None,
         "seq": stored.version,
     }
     return Document(stored.run_id, "run", stored.run_id, str(body["tenant"]), stored.version, body)
@@ -236,10 +247,41 @@ class Projector:
     stats: ProjectionStats = field(default_factory=ProjectionStats)
     _seen: dict[str, int] = field(default_factory=dict)  # run id → history entries projected
     _versions: dict[str, str] = field(default_factory=dict)  # plan digest → workflow version
+    _untold: set[str] = field(default_factory=set)  # ended runs committed to with no telemetry
+    _telling: asyncio.Task[None] | None = None
 
     @property
     def lag_ms(self) -> int:
         return self.stats.lag_ms
+
+    def __call__(self, done: Any) -> None:
+        """The engine observer (see "Commits with no telemetry"): ``done`` is a
+        :class:`~accord.engine.runtime.orchestrator.Delivered`."""
+        run = done.run
+        if not done.history or run is None or not run.terminal:
+            return
+        if any(isinstance(effect, EmitTelemetry) for effect in done.effects):
+            return  # the sink hears of this commit through the outbox
+        self._untold.add(done.run_id)
+        if self._telling is None or self._telling.done():
+            self._telling = asyncio.get_running_loop().create_task(self._tell())
+
+    async def _tell(self) -> None:
+        while self._untold:
+            await self.clock.sleep(max(self.linger_ms, 1))  # gather what commits meanwhile
+            runs, self._untold = sorted(self._untold), set()
+            try:
+                await self.project(runs, incremental=True)
+            except Exception:  # the index away: keep them for the next commit to retry
+                self._untold.update(runs)
+                log.warning("projection of %d run(s) committed without telemetry failed",
+                            len(runs), exc_info=True)  # fmt: skip
+                return
+
+    async def drain(self) -> None:
+        """Wait for the runs :meth:`__call__` noted to be indexed (before closing)."""
+        if self._telling is not None and not self._telling.done():
+            await self._telling
 
     async def emit(self, events: Sequence[Mapping[str, JsonValue]]) -> None:
         began = self.clock.now_ms()

@@ -13,7 +13,13 @@ unanswered, and the shadow run goes on only where it does not wait for it. The r
 (:func:`accord.workflow.shadow.compare`).
 
 :func:`shadow` does this for the newest ``runs`` completed runs of the workflow's active version
-in a store and returns the :class:`~accord.workflow.shadow.Report`.
+in a store and returns the :class:`~accord.workflow.shadow.Report`. Given a query
+(:func:`parse_where`: the terms of ``accord runs search``, e.g. ``status:failed tenant:acme
+since:7d``, ``workflow:NAME@VERSION``; ``key=value`` is read as ``key:value``), it shadows the
+newest ``runs`` ended runs of the workflow that match it instead, evaluated on the store's own
+records (the run document the search projection would index), so no projection is needed. A
+query without ``status`` means ``completed`` and without a version the active one; a query
+naming another workflow, a live status or free text is refused with the term named.
 """
 
 from __future__ import annotations
@@ -37,14 +43,15 @@ from accord.engine.machine.events import (
     TimerFired,
     event_from_json,
 )
-from accord.engine.machine.state import RunState
-from accord.engine.ports import Store
+from accord.engine.machine.state import RUN_TERMINAL, RunState
+from accord.engine.ports import SearchQuery, Store
+from accord.engine.runtime.projector import KEYS, parse_query, run_document
 from accord.errors import EngineError
 from accord.workflow.activation import load_plan
 from accord.workflow.plan import Plan
 from accord.workflow.shadow import Call, Report, RunReport, Trace, compare
 
-__all__ = ["shadow", "shadow_run"]
+__all__ = ["matches", "parse_where", "shadow", "shadow_run"]
 
 _STEPS = 2_000  # events one shadow run may take (a guard against a plan that loops)
 _OUTCOMES = (StageSucceeded, StageFailed, PoisonReported)
@@ -231,19 +238,103 @@ async def _plans_of(store: Store, history: Sequence[JsonDict], known: dict[str, 
                 known[digest] = await load_plan(store, digest)
 
 
-async def shadow(store: Store, new: Plan, runs: int, *, scan: int = 10_000) -> Report:
-    """Shadow the newest ``runs`` completed runs of ``new``'s workflow's active version."""
+def parse_where(text: str, workflow: str, now_ms: int) -> SearchQuery:
+    """A shadow query for runs of ``workflow``: ``ValueError`` names the offending term."""
+    terms = []
+    for word in text.split():
+        key, eq, value = word.partition("=")
+        terms.append(f"{key}:{value}" if eq and ":" not in key and key in KEYS else word)
+    query = parse_query(" ".join(terms), now_ms, limit=10_000)
+    if query.text:
+        raise ValueError(f"{query.text.split()[0]!r}: free text is not a shadow query term; "
+                         f"known keys: {', '.join(KEYS)}")  # fmt: skip
+    if query.workflow and query.workflow != workflow:
+        raise ValueError(f"workflow:{query.workflow}: the new plan is a version of {workflow}")
+    if query.status and query.status not in RUN_TERMINAL:
+        raise ValueError(f"status:{query.status}: only ended runs (completed, failed, cancelled) "
+                         "can be shadowed")  # fmt: skip
+    return dataclasses.replace(query, workflow=workflow, status=query.status or "completed")
+
+
+def matches(q: SearchQuery, body: Mapping[str, Any]) -> bool:
+    """Whether a run document (:func:`~accord.engine.runtime.projector.run_document`) matches
+    ``q``, as the search projection would answer it."""
+    if q.tenants is not None and body.get("tenant") not in q.tenants:
+        return False
+    for key, want in (
+        ("workflow", q.workflow), ("status", q.status), ("intent", q.intent),
+        ("trigger", q.trigger), ("requester", q.requester), ("run_id", q.run_id),
+    ):  # fmt: skip
+        if want and body.get(key) != want:
+            return False
+    if q.version and not (
+        body.get("version") == q.version or str(body.get("plan_digest", "")).startswith(q.version)
+    ):
+        return False
+    updated = int(body.get("updated_at_ms") or 0)
+    if (q.since_ms is not None and updated < q.since_ms) or (
+        q.until_ms is not None and updated > q.until_ms
+    ):
+        return False
+    if q.stage:
+        stages = body.get("stages") or {}
+        if q.stage_status == "failed":
+            return q.stage in (body.get("failed_stages") or [])
+        status = (stages.get(q.stage) or {}).get("status")
+        if q.stage_status:
+            return bool(status == q.stage_status)
+        return status not in (None, "pending", "skipped")
+    return True
+
+
+async def shadow(
+    store: Store, new: Plan, runs: int, *, where: SearchQuery | None = None, scan: int = 10_000
+) -> Report:
+    """Shadow the newest ``runs`` completed runs of ``new``'s workflow's active version, or the
+    newest ``runs`` that match ``where`` (:func:`parse_where`)."""
     active = await store.get_active(new.name)
-    if active is None:
+    if active is None and (where is None or not where.version):
         raise EngineError(f"{new.name} has no active version to shadow")
-    rows = await store.list_runs(limit=scan, workflow=new.name, status="completed")
-    chosen = [r for r in rows if r.state.get("plan_digest") == active][:runs]
+    status = where.status if where is not None else "completed"
+    rows = await store.list_runs(limit=scan, workflow=new.name, status=status)
     plans: dict[str, Plan] = {new.digest: new}
-    reports: list[RunReport] = []
-    for row in sorted(chosen, key=lambda r: r.run_id):
+    chosen: list[tuple[str, list[JsonDict]]] = []
+    recorded_digests: set[str] = set()
+    for row in rows:
+        if len(chosen) >= runs:
+            break
+        digest = str(row.state.get("plan_digest", ""))
+        if where is None or not where.version:
+            if digest != active:
+                continue
+        elif not digest.startswith(where.version) and not await _is_version(
+            store, digest, where.version, plans
+        ):
+            continue
         history = await store.history(row.run_id)
+        if where is not None:
+            version = (await _plan(store, digest, plans)).version
+            if not matches(where, run_document(row, history, version).body):
+                continue
+        recorded_digests.add(digest)
+        chosen.append((row.run_id, history))
+    reports: list[RunReport] = []
+    for run_id, history in sorted(chosen, key=lambda c: c[0]):
         await _plans_of(store, history, plans)
         recorded, shadowed = shadow_run(new, plans, history)
         divergences = tuple(compare(recorded, shadowed))
-        reports.append(RunReport(row.run_id, recorded.status, shadowed.status, divergences))
-    return Report(new.name, active, new.digest, tuple(reports))
+        reports.append(RunReport(run_id, recorded.status, shadowed.status, divergences))
+    recorded_digest = active or ""
+    if where is not None and where.version:
+        recorded_digest = ", ".join(sorted(recorded_digests)) or where.version
+    return Report(new.name, recorded_digest, new.digest, tuple(reports))
+
+
+async def _plan(store: Store, digest: str, known: dict[str, Plan]) -> Plan:
+    if digest not in known:
+        known[digest] = await load_plan(store, digest)
+    return known[digest]
+
+
+async def _is_version(store: Store, digest: str, version: str, known: dict[str, Plan]) -> bool:
+    return bool(digest) and (await _plan(store, digest, known)).version == version

@@ -10,6 +10,8 @@
 | 5xx | retryable ``marketplace-unavailable`` | the same; a create is then ambiguous |
 | no connection | retryable ``marketplace-unavailable`` | nothing was sent |
 | timeout or reset once sent | :class:`Ambiguous` | the caller reconciles before anything else |
+
+On the image operations (getListingImages, uploadListingImage) a 400 is ``image-rejected``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,24 @@ class EtsyClient:
             headers={"content-type": "application/x-www-form-urlencoded"},
         )
 
+    def listing_images(self, shop_id: int, listing_id: int) -> list[dict[str, Any]]:
+        """getListingImages: the listing's images (ListingImage), in the order Etsy gives."""
+        path = f"/v3/application/shops/{shop_id}/listings/{listing_id}/images"
+        return list(self._call("GET", path, rejected="image-rejected").get("results", []))
+
+    def upload_image(
+        self, shop_id: int, listing_id: int, name: str, data: bytes, rank: int
+    ) -> dict[str, Any]:
+        """uploadListingImage (multipart/form-data): ``data`` as the ``image`` file part named
+        ``name``, at ``rank``, replacing whatever is at that rank (``overwrite``)."""
+        return self._call(
+            "POST",
+            f"/v3/application/shops/{shop_id}/listings/{listing_id}/images",
+            files={"image": (name, data, _content_type(data))},
+            data={"rank": str(rank), "overwrite": "true"},
+            rejected="image-rejected",
+        )
+
     def find_by_keyword(self, shop_id: int, keyword: str) -> list[dict[str, Any]]:
         path = f"/v3/application/shops/{shop_id}/listings/active"
         found, offset = [], 0
@@ -70,7 +90,9 @@ class EtsyClient:
             if not results or offset >= int(page.get("count", 0)):
                 return found
 
-    def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    def _call(
+        self, method: str, path: str, *, rejected: str = "listing-rejected", **kw: Any
+    ) -> dict[str, Any]:
         for attempt in range(1, self._config.tries + 1):
             try:
                 response = self._http.request(method, path, **kw)
@@ -92,19 +114,30 @@ class EtsyClient:
                     raise RetryableError(f"Etsy answered {status}; Retry-After {wait:g} s", code)
                 time.sleep(wait)
                 continue
-            raise self._terminal(status, _error_text(response), path)
+            raise self._terminal(status, _error_text(response), path, rejected)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _terminal(self, status: int, error: str, path: str) -> TerminalError:
+    def _terminal(self, status: int, error: str, path: str, rejected: str) -> TerminalError:
         if status in (401, 403):
             ALERTS.error("Etsy refused the connector's credentials (%s) on %s: %s",
                          status, path, error)  # fmt: skip
             return TerminalError(f"Etsy answered {status}: {error}", "marketplace-auth")
         if status == 404:
             return TerminalError(f"Etsy answered 404: {error}", "shop-not-found")
+        if rejected != "listing-rejected":
+            return TerminalError(f"Etsy answered {status} on {path}: {error}", rejected)
         paths = sorted({wire_to_path(m) for m in _FIELD.findall(error)})
         where = ", ".join(paths) if paths else "listing"
         return TerminalError(f"Etsy rejected the listing at {where}: {error}", "listing-rejected")
+
+
+def _content_type(data: bytes) -> str:
+    """The image type Etsy takes (JPEG, PNG, GIF) by its signature; PNG when unknown."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    return "image/png"
 
 
 def _retry_after(headers: Mapping[str, str]) -> float:
