@@ -199,6 +199,7 @@ def test_the_capabilities_read_from_the_sources_are_those_the_workers_bind() -> 
     assert layout.packages["marketplace-etsy"].capabilities == (
         "marketplace.etsy.prepare-listing@1",
         "marketplace.etsy.publish-listing@2",
+        "marketplace.etsy.publish-listing@1",
     )
     assert layout.packages["metadata-extract-ts"].capabilities == ("metadata.extract@2",)
     from accord_worker_marketplace_etsy.handler import worker as etsy  # type: ignore[import-untyped]

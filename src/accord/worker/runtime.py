@@ -146,15 +146,21 @@ class Runtime:
         self._slots = asyncio.Semaphore(slots)  # handlers at once
         self._prefetch = 2 * slots
         self._held = asyncio.Semaphore(self._prefetch)  # jobs held at once
-        self.queues: dict[str, Binding] = {}
-        for binding in worker.bindings.values():  # one handler per queue: say which, not drop one
+        # several versions of one capability may share a queue: a job goes to the binding whose
+        # request contract it names (each must have its own)
+        self.queues: dict[str, tuple[Binding, ...]] = {}
+        for binding in worker.bindings.values():
             queue = self._queue_of(binding)
-            if queue in self.queues:
+            sharing = (*self.queues.get(queue, ()), binding)
+            requests = [self._contract(b, "request") for b in sharing]
+            if len(sharing) > 1 and (None in requests or len(set(requests)) < len(requests)):
+                names = " and ".join(b.capability for b in sharing)
                 raise ValueError(
-                    f"{worker.name}: {self.queues[queue].capability} and {binding.capability} "
-                    f"both take queue {queue!r}; a worker serves one capability per queue"
+                    f"{worker.name}: {names} both take queue {queue!r}, and a job cannot say "
+                    "which it is for: one queue may be shared only by capabilities whose "
+                    "request contracts differ (versions of one capability)"
                 )
-            self.queues[queue] = binding
+            self.queues[queue] = sharing
         self.inflight: dict[str, Context] = {}  # fence → context of the running attempt
         self.cancelled = CancelledFences()  # (stage, fence) of cancellation requests received
         self._current = current  # reads the run record: is the attempt still current?
@@ -192,7 +198,7 @@ class Runtime:
                 keepalive.cancel()
                 await asyncio.gather(keepalive, return_exceptions=True)
 
-    async def _pull(self, queue: str, binding: Binding) -> None:
+    async def _pull(self, queue: str, binding: tuple[Binding, ...]) -> None:
         """Take jobs until cancelled; a stream that fails (transport away) is consumed again
         shortly, so the queue is never left unserved while the worker lives."""
         while True:
@@ -209,7 +215,7 @@ class Runtime:
                 log.exception("consuming %r", queue)
                 await asyncio.sleep(PULL_RETRY_S)
 
-    async def _guarded(self, delivery: Delivery, binding: Binding) -> None:
+    async def _guarded(self, delivery: Delivery, binding: tuple[Binding, ...]) -> None:
         try:
             await self.serve(delivery, binding)
         except Exception:  # never held unanswered: back to the queue for another try
@@ -255,9 +261,16 @@ class Runtime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._ttl / 3000)
 
-    async def serve(self, delivery: Delivery, binding: Binding) -> None:
+    async def serve(self, delivery: Delivery, bindings: tuple[Binding, ...]) -> None:
+        """Serve one job of a queue these bindings share (their request contracts differ)."""
+        binding = bindings[0]
+        by_request = {self._contract(b, "request"): b for b in bindings}
+        request: str | list[str] | None = (
+            self._contract(binding, "request")
+            if len(bindings) == 1
+            else [r for r in by_request if r is not None]
+        )
         try:
-            request = self._contract(binding, "request")
             if self.claims is not None and b'"payloadRef"' in delivery.body:
                 job, payload = await asyncio.to_thread(  # object I/O: off the event loop
                     wire.read_job, delivery.body, self.catalog, request, self.sealing, self.claims
@@ -281,6 +294,9 @@ class Runtime:
                 refused = failure(exc.code, exc.message, retryable=exc.retryable)
                 await self._finish(exc.job, self._outcome(exc.job, *refused), delivery)
             return
+        if len(bindings) > 1:  # read_job admitted only a request contract one of them takes
+            named = f"{job.envelope.get('messageType')}@{job.envelope.get('contractVersion')}"
+            binding = by_request.get(named, binding)
         if self._metrics is not None:
             self._metrics.received(job.envelope, binding.capability)
         if (job.stage, job.fence) in self.cancelled:  # known before waiting for a slot

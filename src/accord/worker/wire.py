@@ -107,11 +107,13 @@ def violations_text(violations: tuple[FieldViolation, ...]) -> str:
 def read_job(
     body: bytes,
     catalog: Catalog | None,
-    request_ref: str | None,
+    request_ref: str | Sequence[str] | None,
     keyring: Keyring | None = None,
     claims: ObjectStore | None = None,
 ) -> tuple[Job, dict[str, Any]]:
-    """The job and its validated payload, sealed fields opened with ``keyring``; raises
+    """The job and its validated payload, sealed fields opened with ``keyring``, checked against
+    the request contract ``request_ref`` (or, for several versions served on one queue, the one
+    of ``request_ref`` the job names); raises
     :class:`Poison` or :class:`Refused` (``unsealable-request`` for a sealed field that cannot
     be opened: no key, a key the ring lacks, or an altered token).
 
@@ -160,14 +162,15 @@ def read_job(
         raise Refused(job, "unsealable-request", f"{where}: {exc}") from None
     if opened:
         job = dataclasses.replace(job, opened=scrub_pattern(opened))
-    request = catalog.message(request_ref) if catalog and request_ref else None
-    if request is None:
+    refs = [request_ref] if isinstance(request_ref, str) else list(request_ref or ())
+    requests = [r for r in (catalog.message(ref) for ref in refs) if r] if catalog else []
+    if not requests:
         return job, dict(payload)
     named = f"{doc.get('messageType')}@{doc.get('contractVersion')}"
-    if named != str(request.ref):
-        raise Refused(
-            job, "invalid-request", f"the job names {named}; this worker takes {request.ref}"
-        )
+    request = next((r for r in requests if str(r.ref) == named), None)
+    if request is None:
+        takes = " or ".join(str(r.ref) for r in requests)
+        raise Refused(job, "invalid-request", f"the job names {named}; this worker takes {takes}")
     checked = Validator.for_contract(request).validate(payload)
     if not checked.ok:
         raise Refused(job, "invalid-request", violations_text(checked.violations))

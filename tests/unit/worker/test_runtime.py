@@ -400,3 +400,81 @@ async def test_the_next_job_takes_the_slot_while_an_answer_awaits_its_confirm(
         assert transport.kinds().index("answer run_1 sent") < transport.kinds().index("start run_2")
     finally:
         await transport.close()
+
+
+def _versioned_catalog(tmp_path: Path) -> Catalog:
+    """The real contracts plus ``tests.ping@1`` and ``@2``: two versions of one capability on one
+    queue, whose requests differ (``ping-request@1`` takes ``word``, ``@2`` also ``count``)."""
+    import shutil
+
+    from accord.contracts.sources import load_catalog
+
+    folder = tmp_path / "contracts"
+    shutil.copytree(Path(__file__).resolve().parents[3] / "schemas" / "contracts", folder)
+    for version, extra in ((1, ""), (2, "\n  count: {type: integer, required: true}")):
+        (folder / f"ping-request.v{version}.yaml").write_text(
+            f"kind: message\nname: ping-request\nwireVersion: {version}\nowner: tests\n"
+            "description: A ping.\npayload:\n  word: {type: string, required: true}"
+            f"{extra}\noutcomes: [retryable-error, terminal-error]\n"
+        )
+        (folder / f"tests.ping.v{version}.yaml").write_text(
+            f"kind: worker\nname: tests.ping\nversion: {version}\nowner: tests\n"
+            "description: Pings.\n"
+            f"request: ping-request@{version}\nresult: ping-request@1\nqueue: ping\n"
+            "errors: []\nlimits: {timeMs: 1000}\nidempotency: natural-key\n"
+        )
+    return load_catalog(folder)
+
+
+async def test_two_versions_of_a_capability_share_a_queue_each_job_to_its_own(
+    transport: Recorder, job: JobMaker, tmp_path: Path
+) -> None:
+    catalog = _versioned_catalog(tmp_path)
+    served: list[tuple[str, dict[str, Any]]] = []
+
+    def v1(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        served.append(("v1", payload))
+        return {"word": payload["word"]}
+
+    def v2(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        served.append(("v2", payload))
+        return {"word": payload["word"] * payload["count"]}
+
+    w = Worker("pinger")
+    w.bind("tests.ping@1", v1)
+    w.bind("tests.ping@2", v2)
+    runtime = Runtime(w, transport, catalog=catalog)
+    assert list(runtime.queues) == ["ping"]
+    jobs = []
+    for n, (version, payload) in enumerate(
+        [(1, {"word": "a"}), (2, {"word": "b", "count": 2}), (3, {"word": "c"})]
+    ):
+        doc = job(payload, run_id=f"run_{n}")
+        doc |= {"messageType": "ping-request", "contractVersion": version}
+        jobs.append(doc)
+    async with serving(runtime):
+        for doc in jobs:
+            await send(transport, doc, queue="ping")
+        await transport.wait_for("succeeded", 2)
+        await transport.wait_for("failed", 1)
+    assert sorted(served, key=lambda s: s[0]) == [
+        ("v1", {"word": "a"}),
+        ("v2", {"word": "b", "count": 2}),
+    ]
+    (refused,) = transport.of("failed")
+    assert refused["payload"]["code"] == "invalid-request"
+    assert "takes ping-request@1 or ping-request@2" in refused["payload"]["message"]
+
+
+def test_two_capabilities_a_job_could_not_tell_apart_may_not_share_a_queue(
+    transport: Recorder, catalog: Catalog
+) -> None:
+    w = Worker("confused")
+    w.bind(CAP, lambda p, c: p)
+    w.bind("other.render@1", lambda p, c: p, queue="rendering")  # no contract: cannot tell
+    try:
+        Runtime(w, transport, catalog=catalog)
+    except ValueError as exc:
+        assert "thumbnail.render@3 and other.render@1 both take queue 'rendering'" in str(exc)
+    else:
+        raise AssertionError("two bindings a job cannot choose between were accepted")

@@ -1,4 +1,4 @@
-"""``marketplace.etsy.prepare-listing@1`` and ``marketplace.etsy.publish-listing@2``.
+"""``marketplace.etsy.prepare-listing@1`` and ``marketplace.etsy.publish-listing@2`` (and @1).
 
 Publishing is irreversible and Etsy's createListing takes no idempotency key, so the connector
 makes a create safe to repeat itself:
@@ -63,10 +63,13 @@ from accord_worker_marketplace_etsy.config import EtsyConfig, config_of
 from accord_worker_marketplace_etsy.policy import PolicyUnavailable, check, current
 from accord_worker_marketplace_etsy.wire import from_listing, to_form
 
-__all__ = ["PREPARE", "PUBLISH", "external_id", "worker"]
+__all__ = ["PREPARE", "PUBLISH", "PUBLISH_V1", "external_id", "worker"]
 
 PREPARE = "marketplace.etsy.prepare-listing@1"
-PUBLISH = "marketplace.etsy.publish-listing@2"  # @1 without the gallery images (previewKeys)
+PUBLISH = "marketplace.etsy.publish-listing@2"
+# @1 (no gallery images) is still served on the same queue, for runs of plans that name it:
+# the runtime gives each job to the version whose request contract it names
+PUBLISH_V1 = "marketplace.etsy.publish-listing@1"
 LISTING_CONTRACT = "etsy-create-listing-request@1"
 ANSWER_CONTRACT = "etsy-shop-listing@1"
 _LOG = logging.getLogger(__name__)
@@ -306,3 +309,4 @@ def _create_holding(
 
 worker.bind(PREPARE, prepare)
 worker.bind(PUBLISH, publish)
+worker.bind(PUBLISH_V1, publish)
