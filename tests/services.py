@@ -13,6 +13,7 @@ fresh schema per call, every one dropped at exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -47,11 +48,28 @@ __all__ = [
 REDIS_PORT, REDIS_DB = 6379, 15
 _prefixes: list[str] = []
 _state: dict[str, bool] = {}
+_kept: list[Any] = []
+
+
+def held_open(client: Any) -> Any:
+    """``client`` (a Redis client a test made and does not close), held until the process exits
+    and closed then: one the garbage collector closes would warn in whichever test runs at that
+    moment, and that test would fail on the unraisable ResourceWarning."""
+    _kept.append(client)
+    return client
+
+
+@atexit.register
+def _close_kept() -> None:
+    for client in _kept:
+        with contextlib.suppress(Exception):  # the process is ending: nothing to report to
+            client.close()
 
 
 def _ping(port: int) -> bool:
     try:
-        return bool(redis.Redis(port=port, socket_timeout=1).ping())
+        with redis.Redis(port=port, socket_timeout=1) as client:
+            return bool(client.ping())
     except redis.RedisError:
         return False
 
@@ -81,16 +99,19 @@ def ensure_redis(port: int = REDIS_PORT) -> None:
         if not _ping(port):
             ci = " (CI)" if os.environ.get("CI") else ""
             pytest.fail(f"Redis on 127.0.0.1:{port} is not answering and could not be started{ci}")
-    client = redis.Redis(port=port, decode_responses=True)
-    policy = client.config_get("maxmemory-policy")["maxmemory-policy"]
-    if policy != "noeviction":
-        client.config_set("maxmemory-policy", "noeviction")
-        atexit.register(_restore, port, str(policy))
+    # closed here: a client left to the garbage collector closes its socket in whichever test
+    # runs then, and that test fails on the unraisable ResourceWarning
+    with redis.Redis(port=port, decode_responses=True) as client:
+        policy = client.config_get("maxmemory-policy")["maxmemory-policy"]
+        if policy != "noeviction":
+            client.config_set("maxmemory-policy", "noeviction")
+            atexit.register(_restore, port, str(policy))
     _state["ready"] = True
 
 
 def _restore(port: int, policy: str) -> None:
-    redis.Redis(port=port).config_set("maxmemory-policy", policy)
+    with redis.Redis(port=port) as client:
+        client.config_set("maxmemory-policy", policy)
 
 
 def redis_url(prefix: str | None = None, *, shards: int = 4, port: int = REDIS_PORT) -> str:
@@ -115,7 +136,7 @@ def _cleanup() -> None:
     if not _prefixes:
         return
     try:
-        client = redis.Redis(port=REDIS_PORT, db=REDIS_DB)
+        client = held_open(redis.Redis(port=REDIS_PORT, db=REDIS_DB))
         for prefix in _prefixes:
             keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
             for n in range(0, len(keys), 500):

@@ -30,7 +30,7 @@ ROOT = str(Path(__file__).resolve().parents[2])
 if ROOT not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, ROOT)
 from tests.contract import test_transport as contract  # noqa: E402
-from tests.services import REDIS_DB, ensure_redis  # noqa: E402
+from tests.services import REDIS_DB, ensure_redis, held_open  # noqa: E402
 
 OPTS = "visibility_ms=1000&max_deliveries=3&dedup_ms=1000&stalled_ms=300"
 
@@ -44,7 +44,7 @@ def prefix() -> Any:
     ensure_redis()
     name = f"tb-{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     keys = list(client.scan_iter(match=f"{name}:*", count=1000))
     if keys:
         client.delete(*keys)
@@ -84,7 +84,7 @@ async def test_bullmq_stores_the_mapped_id_and_refuses_a_second_job(
     transport = opener()
     await transport.publish("q", "run:1/stage:2", b"first")
     await transport.publish("q", "run:1/stage:2", b"again")
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     assert client.lrange(f"{prefix}:q:wait", 0, -1) == ["m-run%3A1/stage%3A2"]
     async with contract.consumer(transport) as stream:
         (got,) = await contract.take(stream)
@@ -117,7 +117,7 @@ async def test_a_job_from_another_bullmq_producer_is_served_by_its_own_options(
         (got,) = await contract.take(stream)
         assert (got.message_id, got.body, got.delivery_count) == ("foreign:1", b"{}", 1)
         await transport.ack(got)
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     assert not client.exists(f"{prefix}:q:f1")  # removeOnComplete: true, as a BullMQ worker does
     assert client.zcard(f"{prefix}:q:completed") == 0
 
@@ -127,7 +127,7 @@ async def test_a_job_bullmq_gave_up_on_is_dead_lettered_not_handed_out(
 ) -> None:
     transport = opener()
     await transport.publish("q", "stalled-often", b"x")
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     reason = "job stalled more than allowable limit"  # what BullMQ's stalled check records
     client.hset(f"{prefix}:q:{job_id_for('stalled-often')}", "defa", reason)
     async with contract.consumer(transport) as stream:
@@ -142,7 +142,7 @@ async def test_a_job_whose_data_is_not_json_is_dead_lettered_and_consuming_goes_
     transport = opener()
     await transport.publish("q", "broken", b"x")
     await transport.publish("q", "fine", b"ok")
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     broken = job_id_for("broken")
     client.hset(f"{prefix}:q:{broken}", "data", "{not json")
     async with contract.consumer(transport) as stream:
@@ -165,7 +165,7 @@ async def test_jobs_taken_but_not_handed_out_go_back_unlocked_and_uncounted(
         async with asyncio.timeout(5):
             while await transport.queue("q").getWaitingCount():  # the rest are taken too
                 await asyncio.sleep(0.01)
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     back = [job_id_for(f"m{n}") for n in (1, 2, 3)]
     assert client.lrange(f"{prefix}:q:wait", 0, -1) == back[::-1]  # m1 is next in line
     assert client.llen(f"{prefix}:q:active") == 0
@@ -180,7 +180,7 @@ async def test_an_ack_takes_the_next_job_on_the_way(
     transport = opener()
     await transport.publish("q", "m1", b"x")
     await transport.publish("q", "m2", b"x")
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     async with contract.consumer(transport) as stream:  # prefetch 1: m2 waits for room
         (got,) = await contract.take(stream)
         assert client.lrange(f"{prefix}:q:wait", 0, -1) == [job_id_for("m2")]
@@ -307,7 +307,7 @@ async def test_callers_sharing_a_stream_share_one_fetch_loop(
     async with asyncio.timeout(5):
         got = await asyncio.gather(*waiting)
     assert sorted(d.message_id for d in got) == [f"m{n}" for n in range(8)]
-    clients = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True).client_list()
+    clients = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True).client_list())
     assert sum(c["name"] == f"{prefix}:q" for c in clients) == 1  # one loop, one connection
     for delivery in got:
         await transport.ack(delivery)

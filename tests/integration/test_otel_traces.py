@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* 
 from engine_shell_support import wait_terminal  # noqa: E402
 from otlp_receiver import OtlpServer, Span  # noqa: E402
 from tests.integration.ts_worker_support import NodeWorker, built_worker, cube_stl  # noqa: E402
-from tests.services import REDIS_DB, ensure_redis, redis_url  # noqa: E402
+from tests.services import REDIS_DB, ensure_redis, held_open, redis_url  # noqa: E402
 
 from accord.actions import PlatformConfig, register_platform_actions  # noqa: E402
 from accord.adapters import open_engine  # noqa: E402
@@ -114,7 +114,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, otlp: OtlpServer) -> Iterato
         for w in py:
             w.stop()
         node.stop()
-        client = redis.Redis(port=6379, db=REDIS_DB)
+        client = held_open(redis.Redis(port=6379, db=REDIS_DB))
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         if keys:
             client.delete(*keys)

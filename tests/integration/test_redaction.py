@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* 
     sys.path.insert(0, str(ROOT))
 import sensitive_support  # noqa: E402
 from tests.contract import test_transport as contract  # noqa: E402
-from tests.services import REDIS_DB, ensure_redis  # noqa: E402
+from tests.services import REDIS_DB, ensure_redis, held_open  # noqa: E402
 
 CANARY = "canary-7f3a9c"
 WORKFLOW = "secret-extract"
@@ -203,7 +203,7 @@ def prefix() -> Any:
     ensure_redis()
     name = f"rd-{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     keys = list(client.scan_iter(match=f"{name}:*", count=1000))
     if keys:
         client.delete(*keys)
@@ -211,7 +211,7 @@ def prefix() -> Any:
 
 def job_hashes(prefix: str) -> dict[str, str]:
     """Every job hash under ``prefix``: key → the job's data."""
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     pattern = re.compile(rf"^{re.escape(prefix)}:.+:m-[^:]+$")
     keys = [k for k in client.scan_iter(match=f"{prefix}:*", count=1000) if pattern.match(k)]
     return {k: str(client.hget(k, "data") or "") for k in keys if client.type(k) == "hash"}
@@ -242,7 +242,7 @@ async def test_a_finished_runs_jobs_leave_the_broker(
     left = job_hashes(prefix)
     assert not kept.keys() & left.keys(), sorted(kept.keys() & left.keys())
     assert not any(CANARY in data for data in left.values())
-    client = redis.Redis(port=6379, db=REDIS_DB, decode_responses=True)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB, decode_responses=True))
     completed = [k for k in client.scan_iter(match=f"{prefix}:*:completed")]
     assert completed and all(client.zcard(k) <= 2 for k in completed)  # done_count=2
 

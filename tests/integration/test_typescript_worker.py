@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, str(ROOT))
 from tests.integration.ts_worker_support import NodeWorker, built_worker, cube_stl  # noqa: E402
-from tests.services import REDIS_DB, ensure_redis, redis_url  # noqa: E402
+from tests.services import REDIS_DB, ensure_redis, held_open, redis_url  # noqa: E402
 
 from accord.adapters import open_engine  # noqa: E402
 from accord.engine.runtime.orchestrator import EngineOptions  # noqa: E402
@@ -82,7 +82,7 @@ def node_worker(storage: Path) -> Iterator[NodeWorker]:
     yield worker
     worker.stop()
     assert worker.proc.returncode == 0, worker.stderr()
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         client.delete(*keys)
@@ -235,7 +235,7 @@ async def test_redelivered_job_still_in_progress_is_only_reannounced(
     envelope = _envelope("cube")
     message_id = envelope["messageId"]
     key = f"{node_worker.prefix}:accord-acceptance:{job_id_for(message_id)}:{envelope['fence']}"
-    redis.Redis(port=6379, db=REDIS_DB).set(key, "accepted", px=60_000)
+    held_open(redis.Redis(port=6379, db=REDIS_DB)).set(key, "accepted", px=60_000)
     try:
         outcomes = transport.consume("accord.outcomes", 8)
         await transport.publish("metadata", message_id, json.dumps(envelope).encode())

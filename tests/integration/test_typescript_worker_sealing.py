@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, str(ROOT))
 from tests.integration.ts_worker_support import NodeWorker, built_worker, cube_stl  # noqa: E402
-from tests.services import REDIS_DB, ensure_redis  # noqa: E402
+from tests.services import REDIS_DB, ensure_redis, held_open  # noqa: E402
 
 pytestmark = pytest.mark.node
 TENANT = "acme"
@@ -53,7 +53,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeWorker]:
     yield node
     node.stop()
     assert node.proc.returncode == 0, node.stderr()
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
     if keys:
         client.delete(*keys)

@@ -58,7 +58,7 @@ ROOT = str(Path(__file__).resolve().parents[2])
 if ROOT not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, ROOT)
 from tests.contract import test_transport as contract  # noqa: E402
-from tests.services import REDIS_DB, ensure_rabbitmq, ensure_redis  # noqa: E402
+from tests.services import REDIS_DB, ensure_rabbitmq, ensure_redis, held_open  # noqa: E402
 
 DEEP = b"[" * 100_000 + b"]" * 100_000  # RecursionError for a decoder that does not bound depth
 BODY_BOUND = 65_536  # what a quarantine or dead-letter record keeps of a body, at most
@@ -71,7 +71,7 @@ def prefix() -> Any:
     ensure_redis()
     name = f"tu-{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     keys = list(client.scan_iter(match=f"{name}:*", count=1000))
     if keys:
         client.delete(*keys)
@@ -150,7 +150,7 @@ async def test_bullmq_jobs_whose_data_cannot_be_read_are_dead_lettered_at_once(
     await queue.add("x", {"message_id": 7, "body": "x"}, {"jobId": "j-mid"})
     await queue.add("x", {"note": "no body at all"}, {"jobId": "j-empty"})
     # and with raw Redis commands: data no JSON decoder takes
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     raw = {
         "raw-utf8": b"\xff\xfe{",
         "raw-msgpack": msgpack.packb({"body": b"\x00\xff"}),
@@ -201,7 +201,7 @@ async def test_a_bullmq_job_with_options_nobody_can_read_is_still_delivered(
     """Its options are BullMQ's bookkeeping, not its message: read as absent."""
     transport = opener(bullmq_url(prefix))
     await transport.publish("q", "odd-opts", b"body")
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     client.hset(f"{prefix}:q:{job_id_for('odd-opts')}", "opts", DEEP)
     async with contract.consumer(transport) as stream:
         (got,) = await contract.take(stream)

@@ -51,7 +51,7 @@ from accord.workflow.compiler import compile_workflow
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, str(ROOT))
-from tests.services import REDIS_DB, ensure_rabbitmq, ensure_redis  # noqa: E402
+from tests.services import REDIS_DB, ensure_rabbitmq, ensure_redis, held_open  # noqa: E402
 
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 TENANT = "acme"
@@ -272,7 +272,7 @@ TRANSPORTS = ["embedded", "bullmq", "rabbitmq"]
 def prefix() -> Any:
     name = f"twv-{uuid.uuid4().hex[:10]}"
     yield name
-    client = redis.Redis(port=6379, db=REDIS_DB)
+    client = held_open(redis.Redis(port=6379, db=REDIS_DB))
     keys = list(client.scan_iter(match=f"{name}:*", count=1000))
     if keys:
         client.delete(*keys)

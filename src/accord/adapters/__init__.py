@@ -188,6 +188,10 @@ def open_engine(
     opts = options or EngineOptions()
     if opts.crash_at is None and os.environ.get(CRASH_ENV):
         opts = dataclasses.replace(opts, crash_at=os.environ[CRASH_ENV])
+    if opts.trace_sample is None:  # the runs' sampling decision follows this process's tracing
+        from accord.adapters.telemetry import otel  # noqa: PLC0415
+
+        opts = dataclasses.replace(opts, trace_sample=otel.engine_ratio())
     clk: Clock = clock or SystemClock()
     store = open_store(store_url, clock=clk)
     if transport_url == store_url and store_url.startswith("sqlite:"):

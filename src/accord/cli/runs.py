@@ -53,7 +53,7 @@ from accord.cli._connect import masked
 from accord.cli._redaction import load_catalog_quietly, redaction_of
 from accord.contracts.redact import scrub, scrub_pattern
 from accord.engine.machine.events import ApprovalDecided
-from accord.engine.machine.explain import explain_history, reconciliation
+from accord.engine.machine.explain import explain_history, migrations, reconciliation
 from accord.engine.machine.finalise import needs_reconciliation as needs_reconciliation_of
 from accord.engine.machine.state import RUN_STATUSES, HistoryEntry, RunState
 from accord.engine.ports import Store
@@ -258,10 +258,12 @@ def explain(
 ) -> None:
     """Explain, from its history alone, how a run reached its current state."""
     run, _, entries, pattern = _with_store(store, lambda s: _redacted(s, run_id, contracts))
-    told = explain_history(run, [HistoryEntry.from_json(h) for h in entries])
-    lines = [scrub(line, pattern) for line in told]
+    history = [HistoryEntry.from_json(h) for h in entries]
+    lines = [scrub(line, pattern) for line in explain_history(run, history)]
     if json_out:
-        emit_json({"run_id": run_id, "status": run.status, "explanation": lines})
+        moves = scrub(migrations(run, history), pattern)
+        emit_json({"run_id": run_id, "status": run.status, "explanation": lines,
+                   "migrations": moves})  # fmt: skip
         return
     for line in lines:
         console.print(line, markup=False)

@@ -7,9 +7,16 @@
  * the envelope names, with the run, stage, attempt, capability and contract version as attributes
  * (never a payload value). Spans are posted in small batches; a failed export is dropped, never
  * retried into the job's time.
+ *
+ * Sampling follows the engine: the SDK's `ParentBasedSampler` (root: `TraceIdRatioBasedSampler` at
+ * the `OTEL_TRACES_SAMPLER`/`OTEL_TRACES_SAMPLER_ARG` ratio) decides from the envelope's
+ * `traceparent`, whose trace flags carry the engine's per-run decision: `-00` is dropped and `-01`
+ * kept whatever this worker's ratio. A ratio of 0 (`always_off`) turns the worker's spans off.
  */
 
 import { randomBytes } from "node:crypto";
+import { ROOT_CONTEXT, SpanKind, TraceFlags, trace } from "@opentelemetry/api";
+import { ParentBasedSampler, SamplingDecision, TraceIdRatioBasedSampler, type Sampler } from "@opentelemetry/sdk-trace-base";
 
 export interface SpanAttributes {
   [key: string]: string | number;
@@ -27,7 +34,7 @@ interface Finished {
   status: { code: number; message?: string };
 }
 
-const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$/;
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
 const SPAN_KIND_CONSUMER = 5;
 
 /** The OTLP/HTTP traces URL the standard variables name, or undefined when tracing is off. */
@@ -39,6 +46,25 @@ export function tracesEndpoint(env: NodeJS.ProcessEnv): string | undefined {
   return base ? `${base.replace(/\/+$/, "")}/v1/traces` : undefined;
 }
 
+const SAMPLERS: Record<string, number> = {
+  always_on: 1,
+  always_off: 0,
+  parentbased_always_on: 1,
+  parentbased_always_off: 0,
+};
+
+/** The trace ratio `OTEL_TRACES_SAMPLER` (and `…_ARG`) name; 1 when unset or not understood. */
+export function sampleRatio(env: NodeJS.ProcessEnv): number {
+  const name = (env.OTEL_TRACES_SAMPLER ?? "").trim().toLowerCase();
+  const fixed = SAMPLERS[name];
+  if (fixed !== undefined) return fixed;
+  if (name === "traceidratio" || name === "parentbased_traceidratio") {
+    const ratio = Number(env.OTEL_TRACES_SAMPLER_ARG ?? "1");
+    return Number.isFinite(ratio) && ratio >= 0 && ratio <= 1 ? ratio : 1;
+  }
+  return 1;
+}
+
 function nanos(ms: number): string {
   return (BigInt(Math.round(ms * 1000)) * 1000n).toString();
 }
@@ -47,24 +73,44 @@ export class Tracer {
   private pending: Finished[] = [];
   private inflight: Promise<void>[] = [];
   private timer: NodeJS.Timeout | undefined;
+  private readonly sampler: Sampler;
 
   constructor(
     private readonly endpoint: string | undefined,
     private readonly service: string,
-  ) {}
+    readonly ratio = 1,
+  ) {
+    this.sampler = new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) });
+  }
 
   static fromEnv(env: NodeJS.ProcessEnv, service: string): Tracer {
-    return new Tracer(tracesEndpoint(env), env.OTEL_SERVICE_NAME || service);
+    return new Tracer(tracesEndpoint(env), env.OTEL_SERVICE_NAME || service, sampleRatio(env));
   }
 
   get on(): boolean {
-    return this.endpoint !== undefined;
+    return this.endpoint !== undefined && this.ratio > 0;
   }
 
-  /** Runs `fn` inside a span that continues `traceparent`; just `fn` when tracing is off. */
+  /** Whether a span continuing `traceparent` is recorded: the parent's sampled flag decides. */
+  sampled(traceparent: unknown): boolean {
+    const parsed = typeof traceparent === "string" ? TRACEPARENT.exec(traceparent) : null;
+    if (!this.on || parsed === null) return false;
+    const flags = parseInt(parsed[3] ?? "00", 16) & TraceFlags.SAMPLED ? TraceFlags.SAMPLED : TraceFlags.NONE;
+    const parent = trace.setSpanContext(ROOT_CONTEXT, {
+      traceId: parsed[1] ?? "",
+      spanId: parsed[2] ?? "",
+      traceFlags: flags,
+      isRemote: true,
+    });
+    const result = this.sampler.shouldSample(parent, parsed[1] ?? "", "accord.execute", SpanKind.CONSUMER, {}, []);
+    return result.decision === SamplingDecision.RECORD_AND_SAMPLED;
+  }
+
+  /** Runs `fn` inside a span that continues `traceparent`; just `fn` when tracing is off or the
+   * engine did not sample the run. */
   async span<T>(name: string, traceparent: unknown, attributes: SpanAttributes, fn: () => Promise<T>): Promise<T> {
     const parsed = typeof traceparent === "string" ? TRACEPARENT.exec(traceparent) : null;
-    if (!this.on || parsed === null) return fn();
+    if (parsed === null || !this.sampled(traceparent)) return fn();
     const start = performance.timeOrigin + performance.now();
     let error: string | undefined;
     try {

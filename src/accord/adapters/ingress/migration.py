@@ -11,6 +11,15 @@ is 404; a bad map or an unknown plan is 422.
 verdict; ``POST {digest, share, max_increase, min_runs, reason}`` begins a canary of a stored
 plan; ``POST …/promote {auto, reason}`` and ``POST …/abort {reason}`` decide (see
 :mod:`accord.engine.runtime.canary`). Every call is in the audit log.
+
+``POST /v1/workflows/{name}/shadow`` takes ``{source, filename, where, limit}``: the definition
+is compiled (nothing is stored or activated) and the newest ``limit`` recorded runs of the
+principal's tenants that ``where`` chooses (the terms of ``accord runs search``; default the
+completed runs of the active version) are replayed through it with every effect off
+(:func:`accord.engine.runtime.shadow.shadow`), answering the report as ``accord workflow shadow
+--json`` prints it. A definition that does not compile is 422 ``workflow-refused``; one of
+another workflow 422 ``shadow-wrong-workflow``; a query term it cannot answer 422
+``shadow-bad-query`` naming the term; a ``tenant:`` term naming another tenant 403.
 """
 
 from __future__ import annotations
@@ -20,14 +29,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from accord.adapters.ingress.auth import Principal, authorizer
+from accord.adapters.ingress.auth import Principal, authorizer, tenants_of
 from accord.adapters.ingress.plane import PLATFORM_TENANT, plane
 from accord.adapters.ingress.problems import Problem
 from accord.adapters.ingress.runs import summary
 from accord.engine.runtime import canary as canaries
 from accord.engine.runtime.migration import migrate_run
+from accord.engine.runtime.shadow import parse_where
+from accord.engine.runtime.shadow import shadow as shadow_runs
+from accord.errors import EngineError
 from accord.workflow.activation import ActivationError, load_plan
 from accord.workflow.canary import CanaryError, Criteria, Split, parse_share, share_text
+from accord.workflow.compiler import compile_workflow
 from accord.workflow.migration import MigrationError
 
 __all__ = ["router"]
@@ -58,6 +71,17 @@ class BeginCanary(BaseModel):
     max_increase: float | None = Field(None, ge=0, le=100, description="percentage points")
     min_runs: int | None = Field(None, ge=1, le=1_000_000)
     reason: str = Field("", max_length=2000)
+
+
+class Shadow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, max_length=1_000_000, description="the new version's YAML")
+    filename: str = Field("workflow.yaml", min_length=1, max_length=200)
+    where: str | None = Field(
+        None, max_length=2000, description="which recorded runs, in the terms of runs search"
+    )
+    limit: int = Field(100, ge=1, le=500, description="how many recorded runs to replay")
 
 
 class Decide(BaseModel):
@@ -212,3 +236,40 @@ async def abort(
         name, "abort", body or Decide(auto=False, reason=""), request, principal
     )
     return result
+
+
+@router.post("/workflows/{name}/shadow", summary="Replay recorded runs through a new definition")
+async def shadow(
+    name: Name, body: Shadow, request: Request, principal: Principal = author
+) -> dict[str, Any]:
+    p = plane(request)
+    if p.catalog is None:
+        raise Problem(503, "no-contracts", "this server was started without a contract catalog")
+    try:
+        body.source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Problem(422, "workflow-encoding", f"source: not UTF-8 text: {exc.reason}") from None
+    result = compile_workflow(body.source, body.filename, p.catalog)
+    if result.plan is None:
+        raise Problem(
+            422, "workflow-refused", f"{body.filename}: refused, {len(result.errors)} error(s)",
+            diagnostics=[d.as_dict() for d in result.diagnostics],
+        )  # fmt: skip
+    plan = result.plan
+    if plan.name != name:
+        raise Problem(422, "shadow-wrong-workflow", f"{body.filename}: a version of {plan.name}")
+    now = p.engine.clock.now_ms()
+    text = body.where or ""
+    try:
+        named = parse_where(text, name, now).tenants or ()
+        query = parse_where(text, name, now, tenants=principal.tenants)
+    except ValueError as exc:
+        raise Problem(422, "shadow-bad-query", f"where: {exc}", where=text) from None
+    tenants_of(principal, named)  # a tenant: term naming another tenant is 403
+    if not query.version and await p.store.get_active(name) is None:
+        raise Problem(422, "workflow-not-active", f"{name} has no active version to shadow")
+    try:
+        report = await shadow_runs(p.store, plan, body.limit, where=query)
+    except (EngineError, ActivationError) as exc:
+        raise Problem(409, "shadow-unreplayable", f"{name}: {exc}") from None
+    return {**report.to_json(), "where": body.where}

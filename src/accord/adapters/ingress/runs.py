@@ -35,7 +35,7 @@ from accord.adapters.ingress.plane import Plane, plane
 from accord.adapters.ingress.problems import Problem
 from accord.canonical import canonical_json
 from accord.contracts.redact import scrub
-from accord.engine.machine.explain import explain_history
+from accord.engine.machine.explain import explain_history, migrations
 from accord.engine.machine.state import RUN_STATUSES, HistoryEntry, RunState
 from accord.engine.runtime.admission import Admission, Refusal
 from accord.engine.runtime.requests import (
@@ -311,7 +311,8 @@ async def explain(run_id: RunId, request: Request, principal: Principal = viewer
     _, _, pattern = await p.shown(run)
     entries = [HistoryEntry.from_json(h) for h in await p.store.history(run_id)]
     lines = [scrub(line, pattern) for line in explain_history(run, entries)]
-    return {"run_id": run_id, "status": run.status, "explanation": lines}
+    moves = scrub(migrations(run, entries), pattern)
+    return {"run_id": run_id, "status": run.status, "explanation": lines, "migrations": moves}
 
 
 @router.post("/{run_id}/cancel", summary="Ask for a run's cancellation (recorded with who)")

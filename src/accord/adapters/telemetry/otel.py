@@ -22,16 +22,17 @@ an engine restarted mid-run still closes the spans (a start it no longer remembe
 **Sampling** keeps or drops a run's trace whole. The ratio is ``--trace-sample RATIO`` (``accord
 engine run``, ``accord serve``, :func:`register`) or the standard ``OTEL_TRACES_SAMPLER`` and
 ``OTEL_TRACES_SAMPLER_ARG`` (``always_on``, ``always_off``, ``traceidratio``, ``parentbased_*``;
-default 1.0); the SDK's sampler is ``ParentBased(TraceIdRatioBased(ratio))``. The decision is a
-pure function of the trace id, which every process derives from the run id, so the engine and each
-worker configured alike decide the same for a run without asking each other. The engine decides
-once per run (:meth:`Tracing.sampled`) before it builds anything, and the parent contexts handed to
-the SDK carry the decision in their trace flags. A worker also honours the flags of the envelope's
-``traceparent``: ``-00`` (not sampled) is dropped whatever its own ratio; the envelopes the engine
-writes always say ``-01`` (the pure core builds them), so workers must be given the same ratio as
-the engine. An unsampled run costs a dictionary look-up per telemetry event in the engine and one
-parse of the ``traceparent`` in the worker: no span, attribute or context object is built. A ratio
-of 0 registers no span builder at all.
+default 1.0); the SDK's sampler is ``ParentBased(TraceIdRatioBased(ratio))``. The engine decides
+once per run, when it starts it: ``TraceIdRatioBased``'s test on the run's trace id
+(:func:`accord.engine.machine.ids.trace_sampled`, the ratio being ``EngineOptions.trace_sample``,
+which :func:`accord.adapters.open_engine` takes from :func:`engine_ratio`). The decision is recorded
+on the run (``RunState.sampled``), so replay and a rebuilt dispatch say the same, and the pure core
+writes it into the trace flags of every job's ``traceparent``: ``-01`` kept, ``-00`` dropped. A
+worker follows those flags, not its own ratio (parent-based sampling): ``-00`` builds nothing,
+``-01`` is traced, unless the worker's ratio is 0 (``always_off``), which turns its spans off. An
+unsampled run costs a dictionary look-up per telemetry event in the engine and one parse of the
+``traceparent`` in the worker: no span, attribute or context object is built. A ratio of 0
+registers no span builder at all.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
 __all__ = [
-    "OtelSink", "Tracing", "enabled", "register", "run_span_id", "sample_ratio", "tracing",
-    "worker_span",
+    "OtelSink", "Tracing", "enabled", "engine_ratio", "register", "run_span_id", "sample_ratio",
+    "tracing", "worker_span",
 ]  # fmt: skip
 
 # the span id the next span started in this context takes (the engine's deterministic ids)
@@ -226,7 +227,7 @@ class Tracing:
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags  # noqa: PLC0415
 
         ctx = _parse(traceparent)
-        if ctx is None or not self.sampled(ctx[0]):
+        if ctx is None or traceparent.endswith("-00"):  # the parent's decision, not our ratio
             yield None
             return
         parent = SpanContext(
@@ -261,6 +262,13 @@ def tracing(service: str, ratio: float | None = None) -> Tracing | None:
     return _TRACING[service]
 
 
+def engine_ratio(service: str = "accord-engine") -> float | None:
+    """The trace ratio of the engine's tracing configured in this process (:func:`register`),
+    or ``None`` when there is none: then every run's jobs say sampled (``-01``)."""
+    t = _TRACING.get(service)
+    return None if t is None else t.ratio
+
+
 def reset() -> None:
     """Forget configured tracing (after the ``OTEL_*`` variables changed), flushing it first."""
     for t in _TRACING.values():
@@ -282,8 +290,8 @@ def worker_span(
         return _OFF
     traceparent = str(envelope.get("traceparent", ""))
     parsed = _parse(traceparent)
-    if parsed is None or traceparent.endswith("-00") or not t.sampled(parsed[0]):
-        return _OFF  # this run's trace is dropped (here, and by the engine alike)
+    if parsed is None or traceparent.endswith("-00") or t.ratio == 0.0:
+        return _OFF  # the engine dropped this run's trace (or this worker traces nothing)
     attrs: dict[str, str | int] = {
         "accord.run_id": str(envelope.get("runId", "")),
         "accord.stage": str(envelope.get("stage", "")),

@@ -163,6 +163,9 @@ async def _publish_framed(channel: aiormq.Channel, frames: bytes, message_id: st
             del channel.message_id_delivery_tag[message_id]
 
 
+_REDRIVE_PASSES, _REDRIVE_PAUSE_S = 5, 0.2  # redrive_dead: looks again for a record just given back
+
+
 class RabbitmqTransport(TransportBase):
     """:class:`~accord.engine.ports.Transport` over RabbitMQ (see the module docstring); to its
     streams, a :class:`~accord.adapters.transports._rabbitmq_consume.MessageSource`."""
@@ -544,18 +547,36 @@ class RabbitmqTransport(TransportBase):
     async def redrive_dead(self, queue: str, message_ids: Sequence[str]) -> list[str]:
         """Each matching record of ``queue.dead`` is published to ``queue`` as a new message
         (confirmed, so counted afresh) and only then acknowledged out of the dead letters; the
-        others go back untouched when the private channel closes."""
+        others go back untouched when the private channel closes.
+
+        A record another channel has just given back (a reader that listed the dead letters
+        and closed) reaches the queue a moment after that channel closed, so a wanted record
+        not found is looked for again, a few times, before it is said to have left."""
         wanted = set(message_ids)
-        found = await self._admin(f"{self.prefix}{queue}.dead", f"redrive {queue!r}")
-        if found is None:
-            return []
-        target = await self._admin(self.prefix + queue, f"redrive {queue!r}")
-        if target is not None:
-            await target.channel.close()
+        done: list[str] = []
+        for attempt in range(_REDRIVE_PASSES):
+            if attempt:
+                await asyncio.sleep(_REDRIVE_PAUSE_S)
+            found = await self._admin(f"{self.prefix}{queue}.dead", f"redrive {queue!r}")
+            if found is None:
+                return done
+            if attempt == 0:
+                target = await self._admin(self.prefix + queue, f"redrive {queue!r}")
+                if target is not None:
+                    await target.channel.close()
+            done += await self._redrive_pass(queue, found, wanted - set(done))
+            if wanted <= set(done):
+                break
+        return list(dict.fromkeys(done))
+
+    async def _redrive_pass(
+        self, queue: str, found: aio_pika.abc.AbstractQueue, wanted: set[str]
+    ) -> list[str]:
+        """One read of ``queue.dead`` through ``found``'s private channel, closed at the end."""
         done = []
         limit = self.options.limit(queue)
         try:
-            for _ in range(found.declaration_result.message_count or 0):
+            while True:  # what this channel took stays unacked on it: get ends with None
                 message = await found.get(no_ack=False, fail=False)
                 if message is None:
                     break
@@ -569,7 +590,7 @@ class RabbitmqTransport(TransportBase):
             raise TransportError(f"redriving {queue!r} failed: {exc}", retryable=True) from exc
         finally:
             await found.channel.close()
-        return list(dict.fromkeys(done))
+        return done
 
     async def close(self) -> None:
         self._closed = True

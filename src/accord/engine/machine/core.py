@@ -109,6 +109,8 @@ def _field_names(cls: type[Any]) -> tuple[str, ...]:
 def _event_json(event: Event) -> dict[str, Any]:
     """``event_to_json`` with the field list looked up once per event class (hot path)."""
     doc = {name: getattr(event, name) for name in _field_names(type(event))}
+    if doc.get("sampled") is True:  # RunStarted: written only when false (event_to_json)
+        del doc["sampled"]
     doc["kind"] = event.kind
     return doc
 
@@ -164,6 +166,7 @@ def _start(plan: Plan, event: RunStarted) -> Transition:
         contracts={**plan.contracts, **event.contracts},
         context=event.context,
         requested_by=event.requested_by,
+        sampled=event.sampled,
         stages={s.name: StageState(name=s.name, kind=s.type) for s in plan.stages},
         started_at_ms=event.at_ms,
         deadline_at_ms=deadline,

@@ -189,7 +189,7 @@ def build_envelope(
         "idempotencyKey": ids.idempotency_key(run.run_id, name),
         "deadline": ids.iso_ms(deadline),
         "resultSchemaVersion": _version(pin.result),
-        "traceparent": ids.traceparent(run.run_id, name, attempt.attempt),
+        "traceparent": ids.traceparent(run.run_id, name, attempt.attempt, run.sampled),
         "payload": payload,
     }
 

@@ -70,6 +70,9 @@ class RunStarted(_Base):
     # which version admitted the run and why (``{"digest", "reason", ...}``; see
     # :mod:`accord.workflow.canary`); empty for runs started before canaries existed
     admission: dict[str, Any] = field(default_factory=dict)
+    # the engine's trace-sampling decision for the run (docs/observability.md, "Sampling"): the
+    # flags of every job's traceparent; written only when false, so earlier records keep their form
+    sampled: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,6 +231,8 @@ _BY_KIND: dict[str, type[Any]] = {
 
 def event_to_json(event: Event) -> dict[str, Any]:
     doc = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    if doc.get("sampled") is True:  # RunStarted: written only when false
+        del doc["sampled"]
     doc["kind"] = event.kind
     return doc
 

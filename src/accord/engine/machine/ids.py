@@ -30,6 +30,7 @@ __all__ = [
     "message_id",
     "telemetry_id",
     "timer_id",
+    "trace_sampled",
     "traceparent",
     "unit_random",
 ]
@@ -83,9 +84,20 @@ def edge_id(source: str, target: str) -> str:
 
 
 @_cached
-def traceparent(run_id: str, stage: str, attempt: int) -> str:
-    """W3C trace context: one trace per run, one span per attempt."""
-    return f"00-{_h('trace', run_id)[:32]}-{_h('span', run_id, stage, attempt)[:16]}-01"
+def traceparent(run_id: str, stage: str, attempt: int, sampled: bool = True) -> str:
+    """W3C trace context: one trace per run, one span per attempt; the trace flags carry the
+    engine's sampling decision for the run (``-01`` sampled, ``-00`` not)."""
+    flags = "01" if sampled else "00"
+    return f"00-{_h('trace', run_id)[:32]}-{_h('span', run_id, stage, attempt)[:16]}-{flags}"
+
+
+def trace_sampled(run_id: str, ratio: float) -> bool:
+    """Whether a run's trace is kept at ``ratio``: OpenTelemetry's ``TraceIdRatioBased`` test
+    (the low 64 bits of the trace id under ``round(ratio * 2**64)``) on the run's trace id."""
+    if ratio >= 1.0:
+        return True
+    low = int(_h("trace", run_id)[16:32], 16)
+    return low < round(max(ratio, 0.0) * (1 << 64))
 
 
 def unit_random(entropy: str, *parts: object) -> float:

@@ -181,6 +181,7 @@ class RunState:
     result: JsonDict | None = None
     error: JsonDict | None = None
     requested_by: str = ""  # who asked for the run (approval gates may exclude them)
+    sampled: bool = True  # the run's trace is kept: its jobs' traceparents say -01, else -00
 
     @property
     def terminal(self) -> bool:
@@ -203,6 +204,8 @@ class RunState:
             doc[name] = list(doc[name])
         if not doc["requested_by"]:  # written only when known, so earlier records keep their form
             del doc["requested_by"]
+        if doc["sampled"]:  # written only when false, for the same reason
+            del doc["sampled"]
         return doc
 
     def canonical_text(self) -> str:

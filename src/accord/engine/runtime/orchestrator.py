@@ -43,6 +43,7 @@ from typing import Any
 from accord.contracts.sealing import Keyring
 from accord.contracts.validate import Validator
 from accord.engine import machine
+from accord.engine.machine import ids
 from accord.engine.machine.effects import Effect
 from accord.engine.machine.events import (
     CALLBACKS,
@@ -211,6 +212,9 @@ class EngineOptions:
     retention_ms: int | None = DEFAULT_RETENTION_MS
     prune_every_ms: int = 3_600_000  # how often the retention loop runs
     canary_every_ms: int = 5_000  # how often running canaries are settled (canary.Keeper); 0: off
+    # share of runs whose trace is kept, decided once at start and recorded on the run (its jobs'
+    # traceparent flags); None: as the process's tracing says (open_engine), else all
+    trace_sample: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("lease_ms", "grace_ms", "poll_ms", "reconcile_every_ms", "store_hold_ms",
@@ -221,6 +225,8 @@ class EngineOptions:
             raise ValueError("EngineOptions.retention_ms must not be negative (None: for ever)")
         if self.conflict_retries < 1 or self.cache_size < 1:
             raise ValueError("EngineOptions: conflict_retries and cache_size must be at least 1")
+        if self.trace_sample is not None and not 0.0 <= self.trace_sample <= 1.0:
+            raise ValueError("EngineOptions.trace_sample must be a ratio from 0 to 1 (or None)")
 
 
 class Engine:
@@ -353,6 +359,7 @@ class Engine:
         self.canaries.note(workflow, admission)
         plan = await self.plans.resolve(chosen or workflow)
         checked = self._check_start(plan, tenant, context)
+        ratio = self.options.trace_sample
         await self.deliver(
             RunStarted(
                 run_id=rid,
@@ -363,6 +370,7 @@ class Engine:
                 contracts=dict(plan.contracts),
                 requested_by=requested_by[:128],
                 admission=admission,
+                sampled=ratio is None or ids.trace_sampled(rid, ratio),
             )
         )
         return rid

@@ -238,13 +238,16 @@ async def _plans_of(store: Store, history: Sequence[JsonDict], known: dict[str, 
                 known[digest] = await load_plan(store, digest)
 
 
-def parse_where(text: str, workflow: str, now_ms: int) -> SearchQuery:
-    """A shadow query for runs of ``workflow``: ``ValueError`` names the offending term."""
+def parse_where(
+    text: str, workflow: str, now_ms: int, *, tenants: tuple[str, ...] | None = None
+) -> SearchQuery:
+    """A shadow query for runs of ``workflow``: ``ValueError`` names the offending term.
+    ``tenants`` (when not ``None``) confines it to those tenants, as :func:`parse_query` does."""
     terms = []
     for word in text.split():
         key, eq, value = word.partition("=")
         terms.append(f"{key}:{value}" if eq and ":" not in key and key in KEYS else word)
-    query = parse_query(" ".join(terms), now_ms, limit=10_000)
+    query = parse_query(" ".join(terms), now_ms, tenants=tenants, limit=10_000)
     if query.text:
         raise ValueError(f"{query.text.split()[0]!r}: free text is not a shadow query term; "
                          f"known keys: {', '.join(KEYS)}")  # fmt: skip
