@@ -22,6 +22,7 @@ from accord.adapters.ingress.problems import Problem
 from accord.errors import Diagnostic
 from accord.workflow import activation
 from accord.workflow.compiler import compile_workflow
+from accord.workflow.plan import Plan
 
 __all__ = ["router"]
 
@@ -65,25 +66,32 @@ def _findings(diagnostics: tuple[Diagnostic, ...] | list[Diagnostic]) -> list[di
 # -- workflows -----------------------------------------------------------------------------------
 
 
+def compiled_plan(p: Plane, source: str, filename: str) -> tuple[Plan, list[dict[str, object]]]:
+    """``source`` compiled against the server's catalog, with the compiler's warnings; 503
+    without a catalog, 422 for text that is not UTF-8 or a definition the compiler refuses (its
+    diagnostics in the problem)."""
+    if p.catalog is None:
+        raise Problem(503, "no-contracts", "this server was started without a contract catalog")
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Problem(422, "workflow-encoding", f"source: not UTF-8 text: {exc.reason}") from None
+    result = compile_workflow(source, filename, p.catalog)
+    if result.plan is None:
+        raise Problem(
+            422, "workflow-refused", f"{filename}: refused, {len(result.errors)} error(s)",
+            diagnostics=_findings(result.diagnostics),
+        )  # fmt: skip
+    return result.plan, _findings(result.warnings)
+
+
 @router.post("/workflows", status_code=201, tags=["workflows"],
              summary="Compile, admit and activate a workflow definition")  # fmt: skip
 async def activate_workflow(
     body: Activate, request: Request, response: Response, principal: Principal = author
 ) -> dict[str, Any]:
     p = plane(request)
-    if p.catalog is None:
-        raise Problem(503, "no-contracts", "this server was started without a contract catalog")
-    try:
-        body.source.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise Problem(422, "workflow-encoding", f"source: not UTF-8 text: {exc.reason}") from None
-    result = compile_workflow(body.source, body.filename, p.catalog)
-    if result.plan is None:
-        raise Problem(
-            422, "workflow-refused", f"{body.filename}: refused, {len(result.errors)} error(s)",
-            diagnostics=_findings(result.diagnostics),
-        )  # fmt: skip
-    plan = result.plan
+    plan, warnings = compiled_plan(p, body.source, body.filename)
     if body.admit:
         refused = await p.engine.admit(plan)
         if refused:
@@ -101,7 +109,7 @@ async def activate_workflow(
         "version": plan.version,
         "digest": plan.digest,
         "changed": changed,
-        "warnings": _findings(result.warnings),
+        "warnings": warnings,
     }
 
 

@@ -30,6 +30,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from accord.adapters.ingress.auth import Principal, authorizer, tenants_of
+from accord.adapters.ingress.manage import compiled_plan
 from accord.adapters.ingress.plane import PLATFORM_TENANT, plane
 from accord.adapters.ingress.problems import Problem
 from accord.adapters.ingress.runs import summary
@@ -40,7 +41,6 @@ from accord.engine.runtime.shadow import shadow as shadow_runs
 from accord.errors import EngineError
 from accord.workflow.activation import ActivationError, load_plan
 from accord.workflow.canary import CanaryError, Criteria, Split, parse_share, share_text
-from accord.workflow.compiler import compile_workflow
 from accord.workflow.migration import MigrationError
 
 __all__ = ["router"]
@@ -243,19 +243,7 @@ async def shadow(
     name: Name, body: Shadow, request: Request, principal: Principal = author
 ) -> dict[str, Any]:
     p = plane(request)
-    if p.catalog is None:
-        raise Problem(503, "no-contracts", "this server was started without a contract catalog")
-    try:
-        body.source.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise Problem(422, "workflow-encoding", f"source: not UTF-8 text: {exc.reason}") from None
-    result = compile_workflow(body.source, body.filename, p.catalog)
-    if result.plan is None:
-        raise Problem(
-            422, "workflow-refused", f"{body.filename}: refused, {len(result.errors)} error(s)",
-            diagnostics=[d.as_dict() for d in result.diagnostics],
-        )  # fmt: skip
-    plan = result.plan
+    plan, _ = compiled_plan(p, body.source, body.filename)
     if plan.name != name:
         raise Problem(422, "shadow-wrong-workflow", f"{body.filename}: a version of {plan.name}")
     now = p.engine.clock.now_ms()
