@@ -27,7 +27,9 @@ STAGE_TRANSITIONS: Mapping[str, frozenset[str]] = {
     "waiting": frozenset({"completed", "failed", "timed-out", "cancelled"}),
     "queued": frozenset({"running", "completed", "failed", "retry-scheduled"} | _FAILED_LIKE),
     "running": frozenset({"completed", "retry-scheduled"} | _FAILED_LIKE),
-    "retry-scheduled": frozenset({"queued", "running", "cancelled"}),
+    # a retry whose inputs no longer bind (a migration removed what they named) fails before
+    # dispatch, like a first attempt would
+    "retry-scheduled": frozenset({"queued", "running", "failed", "cancelled"}),
     "completed": frozenset(),
     # operator re-drive: a new fenced attempt (or a new binding error)
     "failed": frozenset({"queued", "running", "failed"}),
