@@ -6,17 +6,23 @@ Same plan as :mod:`bench.bench_engine` (``render → fork(analyse, metadata) →
 process (it starts the runs, as an engine serving the API does), each of ``W`` workers is a
 process of its own serving no-op handlers on the Worker SDK runtime with ``S`` task slots, its
 acceptance record on disk, as ``accord worker run`` does, over the same transport URL, and with
-two engines a second engine process consumes the same outcomes queue (:mod:`bench.fleet_proc`).
+more engines the others are processes of their own (:mod:`bench.fleet_proc`) sharing the store's
+shards (``shards=8``): each owns its share under a lease and alone reads its shards' outcome
+queues, which the jobs of its runs name as ``replyTo``.
 Every process runs on the event loop Accord's commands pick (:mod:`accord.loop`). Store and
 queues live on fresh prefixes, removed afterwards (:mod:`bench.engine_distributed`). Timing
-starts only when every process answered ``ready`` and every worker has received a job of a
+starts only when every process answered ``ready``, the store's shard leases show every shard
+held, unexpired, by the engine the engines' own assignment gives it (so each engine owns its
+share and no shard changes hands in the timed phase), and every worker has received a job of a
 warm-up batch.
 
 Figures per configuration (``e<engines>w<workers>s<slots per worker>``):
 
 - ``runs_per_s`` / ``transitions_per_s``: N runs started at once, until all are terminal;
-  ``conflicts``: commits that lost a race with another engine in that phase (outcomes are not
-  routed by run, so two engines both load and commit the same run);
+  ``conflicts`` (and ``conflicts_per_run``): commits that lost a compare-and-set in that phase,
+  summed over the engine processes; ``ownership_lost_per_run``: fenced commits the store refused
+  because the run's shard had changed hands; ``shards_moved``: shards taken by any engine in
+  that phase (0 when ownership held still);
 - ``hop_p50_ms`` / ``hop_p99_ms``: end of one task (its result published) to the start of the
   next (its job received by a worker), during the throughput phase; ``hop_*_single_run``: the
   same with one run in flight; ``single_run_p50_ms``: one run at a time, start to terminal.
@@ -26,16 +32,19 @@ Figures per configuration (``e<engines>w<workers>s<slots per worker>``):
   that phase (outcomes ready at once leave as one batch: :mod:`accord.worker.batching`);
 - ``cpu_ms_per_run``: CPU of every fleet process over the throughput phase (this process's own,
   the others' ``utime + stime`` from ``/proc/<pid>/stat``), per run, split into
-  ``engine_cpu_ms_per_run`` and ``workers_cpu_ms_per_run``; ``redis_cpu_ms_per_run`` (``INFO
-  cpu``, user + sys) and ``rabbitmq_cpu_ms_per_run`` (the ``beam.smp`` process) are the servers'
-  over the same window — they also count whatever else uses the servers meanwhile;
+  ``engine_cpu_ms_per_run`` (every engine process's, summed) and ``workers_cpu_ms_per_run``;
+  ``redis_cpu_ms_per_run`` (``INFO cpu``, user + sys), ``rabbitmq_cpu_ms_per_run`` (the
+  ``beam.smp`` process) and ``postgres_cpu_ms_per_run`` are the servers' over the same window —
+  they also count whatever else uses the servers meanwhile; ``total_cpu_ms_per_run`` is the
+  fleet's and the servers' together;
 - ``load_average_start`` / ``load_average_end``: the machine's 1-minute load around each
   configuration;
 - with ``ACCORD_BENCH_FLEET_LAG=1``, the search projector's lag and catch-up under this load
   (:mod:`bench.fleet_lag`; one-engine configurations).
 
 The default configuration is at the top of each broker's figures; the others tried are under
-``variants``.
+``variants``. On the Redis brokers, 1, 2 and 4 engine processes are measured with the same
+worker process (``e1w1s8``, ``e2w1s8``, ``e4w1s8``): what sharding the runs over engines costs.
 """
 
 from __future__ import annotations
@@ -63,24 +72,30 @@ from accord.adapters import open_engine
 from accord.adapters.clock import SystemClock
 from accord.cli._redaction import SEALING_KEY_ENV, SEALING_KEYS_ENV
 from accord.contracts.sealing import Keyring
+from accord.engine.ports import Shards
 from accord.engine.runtime.checks import MessageCatalog
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
+from accord.engine.runtime.shards import assign
 from accord.loop import run as run_loop
 from accord.workflow.plan import Plan
 from bench import fleet_lag
 from bench.bench_engine import PLAN, _pct, _Tracker
 from bench.engine_distributed import REDIS_HOST, REDIS_PORT, ROOT, keyspace
+from bench.fleet_proc import ENGINE_COUNTERS
 
 # (engines, workers, task slots per worker): one engine and one worker process had the most runs/s
 # and the least CPU per run on this 2-core machine; 8 slots rather than 4 let more of a worker's
 # outcomes share a broker message (accord.worker.batching) and shorten the hops under load. The
 # peers run 4 (Celery: one worker, prefork 4), so 4 slots is measured too; more workers shorten
-# RabbitMQ's hops under load; a second engine costs conflicts and CPU
+# RabbitMQ's hops under load; engines share the store's shards, so more engines are measured on
+# the Redis brokers with the same worker process (SCALING) to see what they cost
 DEFAULT = {"bullmq": (1, 1, 8), "rabbitmq": (1, 1, 8), "postgres": (1, 1, 8)}
 VARIANTS = ((1, 1, 4), (1, 2, 8), (2, 1, 8))
+SCALING = {"bullmq": ((4, 1, 8),), "rabbitmq": ((4, 1, 8),)}
 TICK = os.sysconf("SC_CLK_TCK")
 # what each kind of fleet process answers SIGUSR1 with
-COUNTERS = {"engine": ("transitions", "conflicts"), "worker": ("outcomes", "outcome_messages")}
+COUNTERS = {"engine": ENGINE_COUNTERS, "worker": ("outcomes", "outcome_messages")}
+SHARDS_SETTLE_S = 60.0  # engines hand shards over within a few beats (a quarter lease each)
 
 
 def stat_cpu_s(stat: str) -> float:
@@ -133,14 +148,16 @@ class _Child:
     out: Path
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     warm: asyncio.Event = field(default_factory=asyncio.Event)
-    stats: asyncio.Queue[tuple[int, int]] = field(default_factory=asyncio.Queue)
+    stats: asyncio.Queue[tuple[int, ...]] = field(default_factory=asyncio.Queue)
     reader: asyncio.Task[None] | None = None
+    owner: str | None = None  # an engine's id in the store's shard leases (its ``ready`` line)
 
     async def read(self, tracker: _Tracker) -> None:
         assert self.proc.stdout is not None
         async for raw in self.proc.stdout:
             word, *rest = raw.decode().split()
             if word == "ready":
+                self.owner = rest[0] if rest else None
                 self.ready.set()
             elif word == "warm":
                 self.warm.set()
@@ -148,11 +165,10 @@ class _Child:
                 tracker.done.setdefault(rest[0], float(rest[1]))
                 tracker.changed.set()
             elif word == "stats":
-                self.stats.put_nowait((int(rest[0]), int(rest[1])))
+                self.stats.put_nowait(tuple(int(v) for v in rest))
 
-    async def counters(self) -> tuple[int, int]:
-        """(transitions, conflicts) of an engine process, (outcomes, messages) of a worker's,
-        now."""
+    async def counters(self) -> tuple[int, ...]:
+        """The counters of :data:`COUNTERS` for this process's role, now."""
         self.proc.send_signal(signal.SIGUSR1)
         return await asyncio.wait_for(self.stats.get(), 10)
 
@@ -292,17 +308,49 @@ async def _warm_up(
         batch += 1
 
 
+async def _await_shards(
+    engine: Engine, children: list[_Child], timeout_s: float = SHARDS_SETTLE_S
+) -> int:
+    """Wait until the store's shard leases show every shard held, unexpired, by the engine the
+    engines' own assignment (:func:`~accord.engine.runtime.shards.assign` over every engine of
+    the fleet) gives it, and this process's engine owns its share: from then on no shard
+    changes hands while every engine lives. Returns the store's shard count (0: a store without
+    shard leases, whose engines all take every run)."""
+    store = engine.store
+    if not isinstance(store, Shards):
+        return 0
+    owners = [engine.owner] + [c.owner or "" for c in children if c.role == "engine"]
+    if "" in owners:
+        raise RuntimeError("an engine process said `ready` without its owner id")
+    wanted = assign(store.shard_count, owners)
+    if not all(wanted.get(owner) for owner in owners):
+        raise RuntimeError(f"{len(owners)} engines over {store.shard_count} shards: some own none")
+    expected = {shard: owner for owner, shards in wanted.items() for shard in shards}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = engine.clock.now_ms()
+        held = {lease.shard: lease.owner for lease in await store.shard_leases()
+                if lease.expires_at_ms > now}  # fmt: skip
+        if held == expected and set(engine.shards.owned) == wanted[engine.owner]:
+            return store.shard_count
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"shards not settled in {timeout_s:.0f} s: held {held}, expected {expected}"
+            )
+        await asyncio.sleep(0.1)
+
+
 async def _snapshot(
     engine: Engine, children: list[_Child], beam: int | None, postgres: bool = False
 ) -> dict[str, float]:
     """CPU seconds of every fleet process (and of the servers) and the engines' counters, now."""
-    snap = {"transitions": float(engine.transitions), "conflicts": float(engine.conflicts)}
+    own = (engine.transitions, engine.conflicts, engine.ownership_lost, engine.shards.gained)
+    snap = {name: float(v) for name, v in zip(ENGINE_COUNTERS, own, strict=True)}
     snap |= {"outcomes": 0.0, "outcome_messages": 0.0}
     for child in children:
-        first, second = await child.counters()
-        one, two = COUNTERS[child.role]
-        snap[one] += first
-        snap[two] += second
+        values = await child.counters()
+        for name, value in zip(COUNTERS[child.role], values, strict=True):
+            snap[name] += value
     snap["engine"] = time.process_time()
     for child in children:
         snap[child.role] = snap.get(child.role, 0.0) + _proc_cpu_s(child.proc.pid)
@@ -328,7 +376,8 @@ async def _phases(
     load: Workload = PLAIN,
     lag: fleet_lag.LagWatch | None = None,
 ) -> dict[str, Any]:
-    """Warm up, then the throughput phase and the one-run-at-a-time phase."""
+    """Settle the shards, warm up, then the throughput phase and the one-run-at-a-time phase."""
+    shards = await _await_shards(engine, children)
     await _warm_up(engine, tracker, [c for c in children if c.role == "worker"], slots, load)
     if lag is not None:
         lag.mark()
@@ -344,21 +393,28 @@ async def _phases(
     lagged = {} if lag is None else await lag.figures(runs, tracker.done)
     single, alone = await tracker.one_at_a_time(engine, singles)
     fleet_cpu = used["engine"] + used.get("worker", 0.0)
+    servers = [server for server in ("redis", "rabbitmq", "postgres")
+               if server in used and (server != "redis" or broker != "postgres")]  # fmt: skip
+    total_cpu = fleet_cpu + sum(used[server] for server in servers)
     figures: dict[str, Any] = {
         "runs_per_s": round(n / elapsed, 1),
         "transitions_per_s": round(used["transitions"] / elapsed, 1),
         "transitions_per_run": round(used["transitions"] / n, 2),
         "conflicts": int(used["conflicts"]),
+        "conflicts_per_run": round(used["conflicts"] / n, 4),
+        "ownership_lost_per_run": round(used["ownership_lost"] / n, 4),
+        "shards": shards,
+        "shards_moved": int(used["shards_gained"]),
         "single_run_p50_ms": round(statistics.median(single), 3) if single else math.nan,
         "cpu_ms_per_run": round(fleet_cpu * 1000 / n, 3),
         "engine_cpu_ms_per_run": round(used["engine"] * 1000 / n, 3),
         "workers_cpu_ms_per_run": round(used.get("worker", 0.0) * 1000 / n, 3),
         # how many outcomes a broker message carried (accord.worker.batching)
         "outcomes_per_message": round(used["outcomes"] / max(used["outcome_messages"], 1), 2),
+        "total_cpu_ms_per_run": round(total_cpu * 1000 / n, 3),
     }
-    for server in ("redis", "rabbitmq", "postgres"):
-        if server in used and (server != "redis" or broker != "postgres"):
-            figures[f"{server}_cpu_ms_per_run"] = round(used[server] * 1000 / n, 3)
+    for server in servers:
+        figures[f"{server}_cpu_ms_per_run"] = round(used[server] * 1000 / n, 3)
     return {"figures": figures | lagged, "runs": runs, "alone": alone}
 
 
@@ -436,9 +492,9 @@ def label(engines: int, workers: int, slots: int) -> str:
 
 
 def plan(smoke: bool) -> dict[str, list[tuple[int, int, int]]]:
-    """Configurations per broker, the default first: ``ACCORD_BENCH_FLEET`` (for instance
-    ``bullmq:1x2,2x2x4;rabbitmq:1x3``, engines × workers [× slots, 8 when left out]) overrides
-    them."""
+    """Configurations per broker, the default first, then the variants and the broker's
+    :data:`SCALING` ones: ``ACCORD_BENCH_FLEET`` (for instance ``bullmq:1x2,2x2x4;rabbitmq:1x3``,
+    engines × workers [× slots, 8 when left out]) overrides them."""
     chosen = os.environ.get("ACCORD_BENCH_FLEET")
     if chosen:
         picks = dict(part.split(":") for part in chosen.split(";"))
@@ -446,7 +502,8 @@ def plan(smoke: bool) -> dict[str, list[tuple[int, int, int]]]:
             broker: [_config(c) for c in configs.split(",")] for broker, configs in picks.items()
         }
     return {
-        broker: [default] + ([] if smoke else [v for v in VARIANTS if v != default])
+        broker: [default]
+        + ([] if smoke else [v for v in (*VARIANTS, *SCALING.get(broker, ())) if v != default])
         for broker, default in DEFAULT.items()
     }
 

@@ -35,7 +35,13 @@ from accord.testing.plans import QUEUES
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 15
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 ROOT = Path(__file__).resolve().parents[1]
-FIXED_QUEUES = (*QUEUES, OUTCOMES_QUEUE, *(control_queue(q) for q in QUEUES))
+SHARDS = 8  # the Redis store's shard count: enough for the fleet's 4 engines, 2 shards each
+FIXED_QUEUES = (  # with the outcome queue of each of the store's shards (SHARDS above)
+    *QUEUES,
+    OUTCOMES_QUEUE,
+    *(f"{OUTCOMES_QUEUE}.s{shard}" for shard in range(SHARDS)),
+    *(control_queue(q) for q in QUEUES),
+)
 
 
 def _check_redis() -> None:
@@ -92,7 +98,9 @@ async def keyspace(broker: str, declared: set[str]) -> AsyncIterator[tuple[str, 
     _check_redis()
     tag = uuid.uuid4().hex[:10]
     store_prefix, queue_prefix = f"be{tag}", f"beq{tag}"
-    store_url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}?prefix={store_prefix}&shards=4"
+    store_url = (
+        f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}?prefix={store_prefix}&shards={SHARDS}"
+    )
     if broker == "bullmq":
         transport_url = f"bullmq://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}?prefix={queue_prefix}"
     elif broker == "rabbitmq":

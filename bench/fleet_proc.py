@@ -10,9 +10,11 @@ SIGUSR1 it prints ``stats OUTCOMES MESSAGES``: the outcomes it has sent and the 
 that carried them (:class:`~accord.worker.batching.OutcomeBatcher`).
 
 ``engine STORE_URL TRANSPORT_URL OUT`` runs one more engine process (the plan is already in the
-store); it prints ``ready`` once started, ``done RUN_ID T`` for every run whose terminal
-transition it committed (``T`` on the same clock), and ``stats TRANSITIONS CONFLICTS`` on
-SIGUSR1. SIGTERM stops it, and its totals go to ``OUT``. Either stops by itself when the
+store); it prints ``ready OWNER`` once started (``OWNER``: its id in the store's shard leases),
+``done RUN_ID T`` for every run whose terminal transition it committed (``T`` on the same
+clock), and ``stats TRANSITIONS CONFLICTS OWNERSHIP_LOST SHARDS_GAINED`` on SIGUSR1 (commits
+that lost a compare-and-set, fenced commits refused because the shard had changed hands, shards
+taken). SIGTERM stops it, and its totals go to ``OUT``. Either stops by itself when the
 benchmark process goes away.
 """
 
@@ -31,7 +33,7 @@ from typing import Any
 from accord.adapters import open_engine, open_transport
 from accord.adapters.clock import SystemClock
 from accord.cli._redaction import sealing_from_env
-from accord.engine.runtime.orchestrator import Delivered, EngineOptions
+from accord.engine.runtime.orchestrator import Delivered, Engine, EngineOptions
 from accord.loop import run as run_loop
 from accord.testing.plans import QUEUES
 from accord.worker import AcceptanceLog, Context, Runtime, Worker
@@ -111,6 +113,15 @@ async def worker(transport_url: str, out: Path, worker_id: str, slots: int) -> N
     out.write_text(json.dumps({**stamps, "served": served, "declared": declared}))
 
 
+def engine_stats(accord: Engine) -> str:
+    """The ``stats`` line of an engine process: its counters in :data:`ENGINE_COUNTERS` order."""
+    counts = (accord.transitions, accord.conflicts, accord.ownership_lost, accord.shards.gained)
+    return "stats " + " ".join(str(c) for c in counts)
+
+
+ENGINE_COUNTERS = ("transitions", "conflicts", "ownership_lost", "shards_gained")
+
+
 async def engine(store_url: str, transport_url: str, out: Path) -> None:
     reported: set[str] = set()
 
@@ -124,18 +135,19 @@ async def engine(store_url: str, transport_url: str, out: Path) -> None:
     stop = asyncio.Event()
     _stop_on(stop)
     asyncio.get_running_loop().add_signal_handler(
-        signal.SIGUSR1, lambda: _say(f"stats {accord.transitions} {accord.conflicts}")
+        signal.SIGUSR1, lambda: _say(engine_stats(accord))
     )
     await accord.start()
     gc.collect()
     gc.freeze()
-    _say("ready")
+    _say(f"ready {accord.owner}")
     try:
         await stop.wait()
     finally:
         declared = sorted(getattr(accord.transport, "declared", ()))
         await accord.stop()
-    totals = {"transitions": accord.transitions, "conflicts": accord.conflicts}
+    counts = (accord.transitions, accord.conflicts, accord.ownership_lost, accord.shards.gained)
+    totals = dict(zip(ENGINE_COUNTERS, counts, strict=True))
     out.write_text(json.dumps({**totals, "declared": declared}))
 
 

@@ -12,18 +12,28 @@ figure points), ``vs limit`` as the fraction of the physical limit reached, and 
 performance target as ``met`` / ``not met`` / ``n/a``. The distributed rows' runs/s target is
 twice Celery's runs/s measured in the same run, so it moves with the machine as Celery's figure
 does; 275 runs/s (twice the 137 Celery first did on this machine) when Celery's figure is
-missing.
+missing. The engine-scaling rows take the fleet's configurations with 1, 2 and 4 engine
+processes and the default's workers (``e1w1s8``, ``e2w1s8``, ``e4w1s8``): conflicts per run below
+0.01 with each, engine CPU per run (summed over the engine processes) not growing with the
+engines (the larger of e2 ÷ e1 and e4 ÷ e1 at most 1.10, noise allowed for), and every store's
+CPU per run (for the distributed ones every fleet process and server together) at most 5 ms.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 PEERS = ("celery", "temporal", "dbos")
 FLEET_BACKENDS = ("bullmq", "rabbitmq", "postgres")
 HIGHER, LOWER = "higher", "lower"
+SCALED_ENGINES = (1, 2, 4)  # the engine processes of the scaling rows
+ENGINE_CPU_GROWTH = (
+    1.10  # engine CPU per run with more engines ÷ with one: "not growing", noise aside
+)
+CONFIG = re.compile(r"e(\d+)w(\d+)s(\d+)")
 
 
 def figure(results: dict[str, Any], bench: str, *keys: str) -> float | None:
@@ -75,7 +85,10 @@ def advantage(value: float | None, other: float | None, better: str) -> float | 
 def status(value: float | None, op: str, threshold: float | None) -> str:
     if value is None or threshold is None:
         return "n/a"
-    ok = value >= threshold if op == ">=" else value <= threshold
+    if op == ">=":
+        ok = value >= threshold
+    else:
+        ok = value < threshold if op == "<" else value <= threshold
     return "met" if ok else "not met"
 
 
@@ -152,6 +165,7 @@ def rows(r: dict[str, Any]) -> list[Row]:
         peer_key = "throughput.{n}.cpu_ms_per_run" if key == "cpu_ms_per_run" else key
         value = figure(r, "engine", f"sqlite.{key}")
         out.append(Row(name, unit, value, LOWER, best_peer(r, peer_key, LOWER), None, ("<=", goal)))
+    out += scaling_rows(r)
     # sealing sensitive fields at rest (bench_sealing): the fleet's ABBA difference, and the
     # sealing work of one run measured alone against the same unsealed fleet CPU per run
     sealed = figure(r, "sealing", "overhead_pct")
@@ -173,6 +187,62 @@ def rows(r: dict[str, Any]) -> list[Row]:
     queue, raw = figure(r, "limits", "queue.embedded"), figure(r, "limits", "queue.raw_sqlite")
     out.append(Row("embedded queue publish+consume", "msg/s", queue, HIGHER, None,
                    ("raw SQLite queue", raw) if raw else None))  # fmt: skip
+    return out
+
+
+FLEET_LABELS = {"bullmq": "Redis + BullMQ", "rabbitmq": "Redis + RabbitMQ",
+                "postgres": "PostgreSQL + its queue"}  # fmt: skip
+
+
+def scaling_configs(r: dict[str, Any], broker: str) -> dict[int, str]:
+    """``engines → key prefix`` of ``broker``'s fleet configurations with the default's workers
+    and slots and 1, 2 or 4 engines (:data:`SCALED_ENGINES`)."""
+    found: dict[int, str] = {}
+    configs = fleet_configs(r, broker)
+    default = CONFIG.match(configs[0][0]) if configs else None
+    if default is None:
+        return found
+    for label, prefix in configs:
+        match = CONFIG.match(label)
+        if match and match.group(2, 3) == default.group(2, 3):
+            engines = int(match.group(1))
+            if engines in SCALED_ENGINES:
+                found.setdefault(engines, prefix)
+    return found
+
+
+def scaling_rows(r: dict[str, Any]) -> list[Row]:
+    """Per distributed store: conflicts per run with 1, 2 and 4 engine processes, how engine CPU
+    per run grows with them, and the CPU per run of the whole fleet with its servers."""
+    out: list[Row] = []
+    for broker in FLEET_BACKENDS:
+        label = FLEET_LABELS[broker]
+        configs = scaling_configs(r, broker)
+        if broker != "postgres":  # the engine-scaling goals are the Redis stores'
+            for engines in SCALED_ENGINES:
+                prefix = configs.get(engines)
+                value = (
+                    None if prefix is None else figure(r, "fleet", f"{prefix}.conflicts_per_run")
+                )
+                out.append(Row(f"{label}: conflicts per run, {engines} engine process"
+                               + ("es" if engines > 1 else ""), "", value, LOWER, None, None,
+                               ("<", 0.01)))  # fmt: skip
+            one = (
+                figure(r, "fleet", f"{configs[1]}.engine_cpu_ms_per_run") if 1 in configs else None
+            )
+            growth = [
+                cpu / one
+                for engines, prefix in configs.items()
+                if engines > 1 and one
+                and (cpu := figure(r, "fleet", f"{prefix}.engine_cpu_ms_per_run")) is not None
+            ]  # fmt: skip
+            out.append(Row(f"{label}: engine CPU per run, most engines ÷ one (largest of e2, e4)",
+                           "×", max(growth, default=None), LOWER, None, None,
+                           ("<=", ENGINE_CPU_GROWTH)))  # fmt: skip
+        total = figure(r, "fleet", f"{broker}.total_cpu_ms_per_run")
+        if total is not None or broker != "postgres":
+            out.append(Row(f"CPU per run ({label}, every fleet process and server)", "ms", total,
+                           LOWER, None, None, ("<=", 5.0)))  # fmt: skip
     return out
 
 
@@ -214,6 +284,10 @@ FLEET_COLUMNS = (
     ("workers", "workers_cpu_ms_per_run"),
     ("Redis", "redis_cpu_ms_per_run"),
     ("RabbitMQ", "rabbitmq_cpu_ms_per_run"),
+    ("PostgreSQL", "postgres_cpu_ms_per_run"),
+    ("CPU ms/run (all)", "total_cpu_ms_per_run"),
+    ("conflicts/run", "conflicts_per_run"),
+    ("ownership lost/run", "ownership_lost_per_run"),
     ("conflicts", "conflicts"),
     ("outcomes/message", "outcomes_per_message"),
 )
@@ -313,9 +387,14 @@ def markdown(r: dict[str, Any]) -> str:
             "",
             *fleet,
             "",
-            "`CPU ms/run (fleet)` is every engine and worker process's (`engine` + `workers`);"
-            " `Redis` and `RabbitMQ` are the servers' over the same window (anything else using"
-            " them meanwhile included). `conflicts`: commits lost to another engine process."
+            "`CPU ms/run (fleet)` is every engine and worker process's (`engine` + `workers`;"
+            " `engine` sums every engine process); `Redis`, `RabbitMQ` and `PostgreSQL` are the"
+            " servers' over the same window (anything else using them meanwhile included);"
+            " `CPU ms/run (all)` is the fleet's and the servers' together. `conflicts`: commits"
+            " that lost a compare-and-set (summed over the engine processes, also per run);"
+            " `ownership lost/run`: fenced commits refused because the run's shard had changed"
+            " hands. With more engines, each owns its share of the store's shards, taken before"
+            " the timed phase."
             " `outcomes/message`: outcomes per broker message that carried them (a worker's"
             " outcomes that are ready at once leave as one)."
             " Hops without `(1 run)` are measured during the throughput phase.",

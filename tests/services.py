@@ -32,15 +32,18 @@ __all__ = [
     "REDIS_DB",
     "REDIS_PORT",
     "PrivateRedis",
+    "RedisCluster",
     "SeaweedFS",
     "drop_postgres_schemas",
     "ensure_postgres",
     "ensure_rabbitmq",
     "ensure_redis",
+    "ensure_redis_cluster",
     "ensure_seaweedfs",
     "postgres_store_opener",
     "postgres_transport_opener",
     "postgres_url",
+    "redis_cluster_store_opener",
     "redis_store_opener",
     "redis_url",
 ]
@@ -188,6 +191,222 @@ class PrivateRedis:
         return f"redis://127.0.0.1:{self.port}/0?prefix={prefix}&shards={shards}"
 
 
+def _die_with_parent() -> None:
+    """``preexec_fn`` of the servers a test starts: the kernel kills them (SIGKILL) when the test
+    process dies, even by SIGKILL, so a crashed or killed test run leaves no server behind."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _cluster_ports(n: int) -> list[int]:
+    """``n`` free loopback ports whose cluster-bus ports (port + 10000) are free too."""
+    found: list[int] = []
+    while len(found) < n:
+        for port in _free_ports(1, below=55_000):
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port + 10_000))
+                except OSError:
+                    continue
+            if port not in found and port + 10_000 not in found:
+                found.append(port)
+    return found
+
+
+class RedisCluster:
+    """A private Redis Cluster: ``masters`` masters with ``replicas`` replicas each, on free
+    loopback ports, persisting to ``directory`` (AOF, ``appendfsync always``), created with
+    ``redis-cli --cluster create``. ``node_timeout_ms`` (``cluster-node-timeout``) bounds how soon
+    a killed master's replica is promoted (about twice it); a failover test makes it short, the
+    shared cluster keeps it long enough that a busy machine never fails a master over by itself.
+    :meth:`kill` and :meth:`restart` take one node away and bring it back (it rejoins, as a replica
+    of whoever took its slots); :meth:`stop` kills every node and removes ``directory``. The
+    servers die with the test process (see :func:`_die_with_parent`)."""
+
+    def __init__(
+        self, directory: Path, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 5000
+    ) -> None:
+        ensure_redis()  # installs the binaries when missing
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory, self.masters, self.replicas = directory, masters, replicas
+        self.node_timeout_ms = node_timeout_ms
+        self.ports = _cluster_ports(masters * (1 + replicas))
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def _spawn(self, port: int) -> None:
+        d = self.directory
+        log = (d / f"redis-{port}.log").open("ab")
+        self.procs[port] = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled",
+             "yes", "--cluster-config-file", str(d / f"nodes-{port}.conf"),
+             "--cluster-node-timeout", str(self.node_timeout_ms), "--appendonly", "yes",
+             "--appendfilename", f"appendonly-{port}.aof", "--appenddirname", f"aof-{port}",
+             "--appendfsync", "always", "--dir", str(d), "--save", "", "--dbfilename",
+             f"dump-{port}.rdb", "--maxmemory-policy", "noeviction"],
+            stdout=log, stderr=log, preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads yet)
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + 10
+        while not _ping(port):
+            if time.monotonic() > deadline or self.procs[port].poll() is not None:
+                self.stop()
+                pytest.fail(f"cluster node redis-server on 127.0.0.1:{port} did not start")
+            time.sleep(0.02)
+
+    def start(self, timeout_s: float = 30) -> RedisCluster:
+        try:
+            for port in self.ports:
+                self._spawn(port)
+            create = subprocess.run(
+                ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            if create.returncode != 0:
+                pytest.fail(f"redis-cli --cluster create failed:\n{create.stdout}{create.stderr}")
+            self.wait_ok(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _node(self, port: int) -> redis.Redis:
+        return redis.Redis(port=port, socket_timeout=1, decode_responses=True)
+
+    def wait_ok(self, timeout_s: float = 30) -> None:
+        """Until every running node says ``cluster_state:ok``, every master has its replicas
+        connected and in sync (``state=online``: they acknowledge ``WAIT``), and all nodes agree
+        on who the masters are."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                ok = True
+                for port in self.procs:
+                    with self._node(port) as client:
+                        ok = ok and client.cluster("INFO").get("cluster_state") == "ok"
+                views = {tuple(self.primaries(p)) for p in self.procs}
+                masters = self.primaries()
+                linked = True
+                for port in masters:
+                    with self._node(port) as client:
+                        info = client.info("replication")
+                    online = [
+                        k for k, v in info.items()
+                        if k.startswith("slave") and isinstance(v, dict)
+                        and v.get("state") == "online"
+                    ]  # fmt: skip
+                    linked = linked and len(online) >= self.replicas  # synced, acknowledging
+                if ok and len(views) == 1 and len(masters) == self.masters and linked:
+                    return
+            except (redis.RedisError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"Redis Cluster on {self.ports} not ok within {timeout_s} s")
+            time.sleep(0.1)
+
+    def wait_promoted(self, dead: int, timeout_s: float = 20) -> None:
+        """Until the killed master ``dead``'s slots have a new master: every running node says
+        ``cluster_state:ok`` and counts ``masters`` masters, ``dead`` not among them."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                ok = True
+                for port in self.procs:
+                    with self._node(port) as client:
+                        ok = ok and client.cluster("INFO").get("cluster_state") == "ok"
+                    masters = self.primaries(port)
+                    ok = ok and dead not in masters and len(masters) == self.masters
+                if ok:
+                    return
+            except (redis.RedisError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"no replica of 127.0.0.1:{dead} was promoted within {timeout_s} s")
+            time.sleep(0.1)
+
+    def primaries(self, port: int | None = None) -> list[int]:
+        """The ports of the running masters, as node ``port`` (default: any running) sees it."""
+        asked = port if port is not None else next(iter(self.procs))
+        with self._node(asked) as client:
+            nodes = client.cluster("NODES")
+        return sorted(
+            int(address.rsplit(":", 1)[1])
+            for address, node in nodes.items()
+            if "master" in node["flags"] and "fail" not in node["flags"]
+        )
+
+    def master_of(self, key: str) -> int:
+        """The port of the master serving ``key``'s slot."""
+        with self._node(next(iter(self.procs))) as client:
+            slot = int(client.cluster("KEYSLOT", key))
+            for start, end, master, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                if int(start) <= slot <= int(end):
+                    return int(master[1])
+        raise AssertionError(f"slot {slot} of {key!r} is served by no master")
+
+    def replicas_of(self, master: int) -> list[int]:
+        """The ports of the running replicas of the master on port ``master``."""
+        with self._node(master) as client:
+            nodes = client.cluster("NODES")
+        ids = {int(a.rsplit(":", 1)[1]): n["node_id"] for a, n in nodes.items()}
+        return sorted(
+            int(address.rsplit(":", 1)[1])
+            for address, node in nodes.items()
+            if "slave" in node["flags"] and node["master_id"] == ids[master]
+            and "fail" not in node["flags"]
+        )  # fmt: skip
+
+    def kill(self, port: int) -> None:
+        """SIGKILL one node: only what its AOF holds survives it."""
+        proc = self.procs.pop(port)
+        proc.kill()
+        proc.wait(timeout=10)
+
+    def restart(self, port: int) -> None:
+        """Start a killed node again on its port, its nodes file and its AOF."""
+        self._spawn(port)
+
+    def url(self, prefix: str | None = None, shards: int = 4, options: str = "") -> str:
+        """A ``redis+cluster://`` store URL with every node as a startup node."""
+        prefix = prefix or f"t-{uuid.uuid4().hex[:12]}"
+        nodes = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        more = f"&{options}" if options else ""
+        return f"redis+cluster://{nodes}/?prefix={prefix}&shards={shards}{more}"
+
+    def stop(self) -> None:
+        for port in list(self.procs):
+            self.kill(port)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_clusters: list[RedisCluster] = []
+
+
+def ensure_redis_cluster() -> RedisCluster:
+    """The test process's shared Redis Cluster (3 masters, 1 replica each), started on first use
+    in a temporary directory and stopped and removed at exit. Tests that kill nodes start their
+    own :class:`RedisCluster` instead."""
+    if not _clusters:
+        import tempfile
+
+        cluster = RedisCluster(Path(tempfile.mkdtemp(prefix="accord-redis-cluster-"))).start()
+        _clusters.append(cluster)
+        atexit.register(cluster.stop)
+    return _clusters[0]
+
+
+def redis_cluster_store_opener(_tmp: Path, clock: Any) -> Any:
+    """Contract-suite factory on the shared cluster: a fresh prefix per test (the cluster is
+    thrown away at exit, keys and all)."""
+    from accord.adapters import open_store
+
+    url = ensure_redis_cluster().url()
+    return lambda: open_store(url, clock=clock)
+
+
 POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 _schemas: list[tuple[str, str]] = []  # (dsn, schema) handed out, dropped at exit
 
@@ -275,7 +494,7 @@ def postgres_store_opener(_tmp: Path, clock: Any) -> Any:
     """Contract-suite factory: every call of the opener is a new pool on one fresh schema."""
     from accord.adapters import open_store
 
-    url = postgres_url()
+    url = postgres_url("shards=4")
     return lambda: open_store(url, clock=clock)
 
 

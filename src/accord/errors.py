@@ -38,6 +38,7 @@ __all__ = [
     "IncompatibleChange",
     "Location",
     "OversizedMessage",
+    "OwnershipLost",
     "PlanError",
     "StageFailed",
     "StoreError",
@@ -165,6 +166,20 @@ class StoreError(AccordError):
     def __init__(self, message: str = "", *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable  # e.g. the database stayed locked past the busy timeout
+
+
+class OwnershipLost(StoreError):
+    """A commit made under a shard lease that is no longer held at its epoch: another engine
+    owns the shard now (or took it and let it go). Nothing of the commit landed; the engine
+    drops the shard and what it cached of it, and the delivery goes back to the new owner."""
+
+    code = "ownership-lost"
+
+    def __init__(self, shard: int, owner: str, epoch: int) -> None:
+        super().__init__(
+            f"ownership lost: shard {shard} is no longer held by {owner} at epoch {epoch}"
+        )
+        self.shard, self.owner, self.epoch = shard, owner, epoch
 
 
 class TransportError(AccordError):

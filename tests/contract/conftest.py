@@ -37,6 +37,7 @@ from tests.services import (
     ensure_redis,
     postgres_store_opener,
     postgres_transport_opener,
+    redis_cluster_store_opener,
     redis_store_opener,
 )
 
@@ -110,9 +111,10 @@ def _rabbitmq(_tmp: Path, clock: FakeClock) -> Opener:
 
 
 STORES: dict[str, Factory] = {
-    "memory": lambda tmp, clock: _same(open_store("memory://", clock=clock)),
-    "sqlite": lambda tmp, clock: lambda: open_store(f"sqlite:///{tmp}/s.db", clock=clock),
+    "memory": lambda tmp, clock: _same(open_store("memory://?shards=4", clock=clock)),
+    "sqlite": lambda tmp, clock: lambda: open_store(f"sqlite:///{tmp}/s.db?shards=4", clock=clock),
     "redis": redis_store_opener,
+    "redis-cluster": redis_cluster_store_opener,  # a fresh prefix on the shared 3+3 cluster
     "postgres": postgres_store_opener,
 }
 TRANSPORTS: dict[str, Factory] = {

@@ -35,15 +35,28 @@ from accord.engine.machine.state import RunState
 from accord.engine.ports import Store, Transport
 from accord.engine.runtime.intake import OUTCOMES_QUEUE
 from accord.engine.runtime.outbox import control_queue
+from accord.engine.runtime.shards import shard_queue
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tests/integration is no package: reach tests.* from the root
     sys.path.insert(0, str(ROOT))
-from tests.services import REDIS_DB, REDIS_PORT, ensure_rabbitmq, ensure_redis  # noqa: E402
+from tests.services import (  # noqa: E402
+    REDIS_DB,
+    REDIS_PORT,
+    ensure_rabbitmq,
+    ensure_redis,
+    ensure_redis_cluster,
+)
 
 WORKERS, SLOTS = 4, 16
 PROC = Path(__file__).with_name("scale_out_proc.py")
-ALL_QUEUES = (*QUEUES, OUTCOMES_QUEUE, *(control_queue(q) for q in QUEUES))
+SHARDS = 4  # the store's shard count (keyspace): each shard has an outcome queue of its own
+ALL_QUEUES = (
+    *QUEUES,
+    OUTCOMES_QUEUE,
+    *(shard_queue(OUTCOMES_QUEUE, s, SHARDS) for s in range(SHARDS)),
+    *(control_queue(q) for q in QUEUES),
+)
 QUEUE_OPTS = "visibility_ms=2000&max_deliveries=20"
 REDIS = f"redis://127.0.0.1:{REDIS_PORT}/{REDIS_DB}"
 BROKER = "amqp://guest:guest@127.0.0.1:5672/"
@@ -59,6 +72,7 @@ class Fleet:
     engines: list[subprocess.Popen[str]] = field(default_factory=list)
     workers: list[subprocess.Popen[str]] = field(default_factory=list)
     restarts: int = 0
+    down: set[int] = field(default_factory=set)  # engines killed on purpose, not yet restarted
     _logs: list[IO[str]] = field(default_factory=list)
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[str]:
@@ -73,12 +87,33 @@ class Fleet:
         self.engines = [self._spawn(f"engine{n}", a) for n, a in enumerate(self.engine_args)]
         self.workers = [self._spawn(f"worker{n}", self.worker_args) for n in range(WORKERS)]
         for proc in (*self.engines, *self.workers):
-            assert proc.stdout is not None
-            line = proc.stdout.readline().strip()
-            assert line == "ready", f"child did not start: {line!r}; see {self.tmp}/*.stderr"
+            self._ready(proc)
+
+    def _ready(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        assert line == "ready", f"child did not start: {line!r}; see {self.tmp}/*.stderr"
+
+    def kill_engine(self, n: int) -> None:
+        """``kill -9`` engine ``n`` and reap it: :meth:`supervise` expects it gone from now on,
+        until :meth:`restart_engine`."""
+        proc = self.engines[n]
+        proc.kill()
+        proc.communicate(timeout=10)
+        self.down.add(n)
+
+    def restart_engine(self, n: int, args: list[str]) -> None:
+        """Start engine ``n`` again (its log goes on in the same file); returns once it is ready:
+        beating, and taking its share of the shards as the others hand them over."""
+        proc = self._spawn(f"engine{n}", args)
+        self._ready(proc)
+        self.engines[n] = proc
+        self.down.discard(n)
 
     def supervise(self) -> None:
-        for proc in self.engines:
+        for n, proc in enumerate(self.engines):
+            if n in self.down:
+                continue
             assert proc.poll() is None, f"an engine exited ({proc.returncode}): {self._tail()}"
         for n, proc in enumerate(self.workers):
             code = proc.poll()
@@ -92,7 +127,8 @@ class Fleet:
     def stop(self) -> list[dict[str, Any]]:
         """SIGTERM workers, then engines; each stops gracefully and reports its counters."""
         reports = []
-        for group in (self.workers, self.engines):
+        engines = [p for n, p in enumerate(self.engines) if n not in self.down]
+        for group in (self.workers, engines):
             for proc in group:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
@@ -107,21 +143,32 @@ class Fleet:
         return reports
 
     def kill(self) -> None:
+        """Kill what is still running and close every pipe and log: after a failed test, the
+        next one must not meet this one's unclosed files as ResourceWarnings."""
         for proc in (*self.engines, *self.workers):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(timeout=10)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        for log in self._logs:
+            log.close()
 
     def _tail(self) -> str:
         return "".join(p.read_text()[-1500:] for p in sorted(self.tmp.glob("*.stderr")))
 
 
 @contextlib.asynccontextmanager
-async def keyspace(broker: str) -> AsyncIterator[tuple[str, str, str]]:
-    """``(store URL, transport URL, marks prefix)`` on fresh prefixes, all removed afterwards."""
+async def keyspace(broker: str, store: str = "redis") -> AsyncIterator[tuple[str, str, str]]:
+    """``(store URL, transport URL, marks prefix)`` on fresh prefixes, all removed afterwards.
+    ``store="redis-cluster"`` puts the store on the test process's shared Redis Cluster (three
+    masters with a replica each; thrown away, keys and all, at exit); the queues and the fault
+    marks stay on the standalone Redis."""
     ensure_redis()
     tag = uuid.uuid4().hex[:10]
-    store_url = f"{REDIS}?prefix=so{tag}&shards=4"
+    store_url = f"{REDIS}?prefix=so{tag}&shards={SHARDS}"
+    if store == "redis-cluster":
+        store_url = ensure_redis_cluster().url(prefix=f"so{tag}", shards=SHARDS)
     if broker == "bullmq":
         transport_url = f"bullmq://127.0.0.1:{REDIS_PORT}/{REDIS_DB}?prefix=sob{tag}&stalled_ms=1000&{QUEUE_OPTS}"
     else:

@@ -1,10 +1,13 @@
 """The scale-out soak's child programs: ``python scale_out_proc.py engine|worker ARGS``.
 
-``engine STORE TRANSPORT PLAN_JSON OWNER COUNT RUN_PREFIX GO_FILE`` — an engine process
-(``accord.adapters.open_engine`` with the no-op platform actions), which registers the compiled
-plan, starts, prints ``ready``, waits for ``GO_FILE`` to exist, starts ``COUNT`` runs with ids
-``run_<RUN_PREFIX><n>`` and then serves until SIGTERM, when it stops gracefully and prints its
-counters as one JSON line.
+``engine STORE TRANSPORT PLAN_JSON OWNER COUNT RUN_PREFIX GO_FILE [SHARD_LEASE_MS]`` — an engine
+process (``accord.adapters.open_engine`` with the no-op platform actions), which registers the
+compiled plan, starts, prints ``ready``, waits for ``GO_FILE`` to exist, starts ``COUNT`` runs with
+ids ``run_<RUN_PREFIX><n>`` and then serves until SIGTERM, when it stops gracefully and prints its
+counters (commits, conflicts, shard changes, commits refused for ownership lost, commits of
+existing runs made without a shard fence) as one JSON line.
+Its shard transitions (``took shard(s)``, ``lost shard``, lapsed leases) are logged to stderr with
+a wall-clock time, so a fault test can read when each happened.
 
 ``worker TRANSPORT MARKS_REDIS MARKS_PREFIX SEED STATE_DIR SLOTS`` — a worker process: the Worker
 SDK runtime serving the no-op worker over a :class:`FaultyTransport`. Its acceptance records live
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -23,6 +27,7 @@ from pathlib import Path
 from scale_out_support import FaultyTransport, noop_actions, noop_worker
 
 from accord.adapters import open_engine, open_transport
+from accord.engine.ports import Commit, Shards, Store, shard_of
 from accord.engine.runtime.orchestrator import EngineOptions
 from accord.loop import run as run_loop
 from accord.worker.acceptance import AcceptanceLog
@@ -38,15 +43,42 @@ def _stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def engine_main(  # noqa: PLR0917 - one positional per command-line argument
-    store: str, transport: str, plan_path: str, owner: str, count: str, prefix: str, go: str
-) -> None:
+def _count_unfenced(store: Store) -> list[int]:
+    """Count (and log, with the time) the commits of existing runs made without a shard fence:
+    with shards, each should carry its owner's lease, so one without shows a commit made by an
+    engine that did not own the run's shard when it committed (protected only by the version)."""
+    count, commit = [0], store.commit
+    shards = store.shard_count if isinstance(store, Shards) else 1
+    log = logging.getLogger("scale_out.commits")
 
+    async def counted(change: Commit) -> int:
+        if change.fence is None and change.expected_version > 0 and shards > 1:
+            count[0] += 1
+            log.warning("unfenced commit of %s (shard %d) at version %d", change.run_id,
+                        shard_of(change.run_id, shards), change.expected_version)  # fmt: skip
+        return await commit(change)
+
+    setattr(store, "commit", counted)  # noqa: B010 - a spy on the instance, not the class
+    return count
+
+
+async def engine_main(  # noqa: PLR0917 - one positional per command-line argument
+    store: str,
+    transport: str,
+    plan_path: str,
+    owner: str,
+    count: str,
+    prefix: str,
+    go: str,
+    shard_lease_ms: str = "10000",
+) -> None:
+    logging.basicConfig(format="%(created).3f %(name)s %(levelname)s %(message)s")
+    logging.getLogger("accord.engine.shards").setLevel(logging.INFO)
     stop = _stop_on_signals()
     plan = Plan.from_json(json.loads(Path(plan_path).read_text()))
-    engine = open_engine(
-        store, transport, options=EngineOptions(owner=owner, poll_ms=20), actions=noop_actions()
-    )
+    options = EngineOptions(owner=owner, poll_ms=20, shard_lease_ms=int(shard_lease_ms))
+    engine = open_engine(store, transport, options=options, actions=noop_actions())
+    unfenced = _count_unfenced(engine.store)
     await engine.register_plan(plan)
     await engine.start()
     print("ready", flush=True)
@@ -60,7 +92,18 @@ async def engine_main(  # noqa: PLR0917 - one positional per command-line argume
         )
     await stop.wait()
     await engine.stop()
-    stats = {"transitions": engine.transitions, "conflicts": engine.conflicts}
+    keeper = engine.shards
+    stats = {
+        "owner": engine.owner,
+        "transitions": engine.transitions,
+        "commits": engine.commits,
+        "conflicts": engine.conflicts,
+        "ownership_lost": engine.ownership_lost,
+        "shards_gained": keeper.gained,
+        "shards_lost_leases": keeper.lost_leases,
+        "shards_handed_over": keeper.handed_over,
+        "unfenced_commits": unfenced[0],
+    }
     print(json.dumps(stats), flush=True)
 
 

@@ -108,7 +108,7 @@ def test_an_event_that_is_not_a_valid_envelope_is_refused() -> None:
     event["accordfence"] = "not hex"
     done = accord("events", "from-cloudevent", "-", stdin=json.dumps(event))
     assert done.returncode == 1
-    assert "not a valid envelope@1: fence" in done.stderr
+    assert "not a valid envelope@2: fence" in done.stderr
 
 
 def test_binary_mode_input_shape_is_checked() -> None:

@@ -1,5 +1,5 @@
 """Claim checks on both object stores (a directory, real SeaweedFS): a payload above the
-threshold round-trips as ``payloadRef`` and the envelope stays valid against ``envelope@1``; a
+threshold round-trips as ``payloadRef`` and the envelope stays valid against ``envelope@2``; a
 tampered, truncated, missing or another tenant's claim is refused, terminally."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_a_payload_above_the_threshold_round_trips_as_a_claim_check(store: Objec
     assert "payload" not in sent and set(sent["payloadRef"]) == {"digest", "objectKey", "sizeBytes"}
     assert sent["payloadRef"]["sizeBytes"] > THRESHOLD_BYTES
     assert sent["payloadRef"]["objectKey"].startswith("claims/acme/sha256/")
-    contract = load_catalog(ROOT / "schemas" / "contracts").message("envelope@1")
+    contract = load_catalog(ROOT / "schemas" / "contracts").message("envelope@2")
     assert contract is not None
     assert Validator.for_contract(contract).validate(sent).ok
     assert check_out(sent, store)["payload"] == big()

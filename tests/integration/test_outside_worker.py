@@ -366,7 +366,8 @@ async def test_a_superseded_attempt_is_cancelled_and_its_retry_completes(
 
 
 def _job(model: str) -> dict[str, Any]:
-    """A job envelope (``envelope@1``) as the engine writes one, for ``models/<model>.stl``."""
+    """A job envelope (``envelope@2``, no ``replyTo``) as the engine writes one, for
+    ``models/<model>.stl``."""
     return {
         "messageId": f"msg_{uuid.uuid4().hex}", "messageType": "metadata-extraction-request",
         "contractVersion": 1, "correlationId": "run_wire", "producer": "accord-engine",
@@ -412,5 +413,35 @@ async def test_a_job_named_by_a_cancellation_is_dropped_unanswered(
             ]  # fmt: skip
             assert got[1]["payload"] == _cube()
             assert [e["attempt"] for e in worker.named("dropped")] == [1]
+        finally:
+            await transport.close()
+
+
+@BROKERS
+async def test_a_job_naming_a_reply_queue_is_answered_there(
+    broker: str, tmp_path: Path, storage: Path
+) -> None:
+    """envelope@2's ``replyTo``: a job naming one is answered on that queue only, a job naming
+    none on ``accord.outcomes``, as protocol §3 tells a worker written from it."""
+    async with _stack(broker, tmp_path, storage) as stack:
+        stack.worker()
+        transport = open_transport(stack.url)
+        reply = "accord.outcomes.s2"
+        routed, shared = _job("cube") | {"replyTo": reply}, _job("cube")
+        try:
+            streams = {q: transport.consume(q, 8) for q in (reply, "accord.outcomes")}
+            for job in (routed, shared):
+                await transport.publish("metadata", job["messageId"], json.dumps(job).encode())
+            for queue, job in ((reply, routed), ("accord.outcomes", shared)):
+                got: list[dict[str, Any]] = []
+                while not got or got[-1]["messageType"] != "succeeded":
+                    delivery = await asyncio.wait_for(anext(streams[queue]), 20)
+                    outcome = json.loads(delivery.body)
+                    await transport.ack(delivery)
+                    got.append(outcome)
+                assert {o["causationId"] for o in got} == {job["messageId"]}, queue
+                kinds = [o["messageType"] for o in got if o["messageType"] != "heartbeat"]
+                assert kinds == ["accepted", "succeeded"], queue
+                assert got[-1]["payload"] == _cube()
         finally:
             await transport.close()

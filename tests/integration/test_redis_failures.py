@@ -92,7 +92,7 @@ async def test_a_refused_commit_script_writes_nothing(store: RedisStore) -> None
     assert await keyspace(store) == before
 
     keys = store.keys.run("r1").commit_keys()
-    good = ["1", '{"v":2}', "9" * 15, "{}", "r1", "1", "0", "0", "0", '{"h":2}']
+    good = ["1", '{"v":2}', "9" * 15, "{}", "r1", "1", "0", "0", "0", "", "", '{"h":2}']  # no fence
     malformed = {
         "count mismatch": [*good[:5], "2", *good[6:]],
         "expected not a number": ["one", *good[1:]],

@@ -7,7 +7,9 @@ measures as the stage result (checked by the engine's contract hook as well). A 
 breaks ``metadata-extraction-request@1`` must end as a terminal failure in the run's history,
 with the worker still serving afterwards. The acceptance record is checked on the wire: a job
 delivered again for an attempt already finished gets its stored outcome back, and one still in
-progress elsewhere is only re-announced — neither is measured a second time.
+progress elsewhere is only re-announced — neither is measured a second time. Jobs naming a
+``replyTo`` queue (envelope@2) are answered there, each on its own, and a job without one on
+``accord.outcomes``.
 """
 
 from __future__ import annotations
@@ -182,7 +184,8 @@ async def _take(
 
 
 def _envelope(model: str) -> dict[str, Any]:
-    """A job envelope as the engine writes one (``envelope@1``) for ``models/<model>.stl``."""
+    """A job envelope as the engine writes one (``envelope@2``, without ``replyTo``: a store of
+    one shard) for ``models/<model>.stl``."""
     message_id = f"msg_{uuid.uuid4().hex}"
     return {
         "messageId": message_id, "messageType": "metadata-extraction-request",
@@ -214,7 +217,7 @@ async def test_redelivered_finished_job_resends_its_outcome(
         await transport.publish("metadata", message_id, body)
         second = await _take(transport, outcomes, 1)
         assert second == [first[1]]
-        # an envelope that breaks envelope@1 is answered, terminally, not dropped or crashed on
+        # an envelope that breaks envelope@2 is answered, terminally, not dropped or crashed on
         broken = {k: v for k, v in _envelope("cube").items() if k != "producer"}
         await transport.publish("metadata", broken["messageId"], json.dumps(broken).encode())
         refused = await _take(transport, outcomes, 2)
@@ -250,5 +253,46 @@ async def test_redelivered_job_still_in_progress_is_only_reannounced(
         for kind in ("succeeded", "failed"):
             answer = job_id_for(f"{message_id}:{kind}")
             assert await transport.queue("accord.outcomes").getJob(answer) is None
+    finally:
+        await transport.close()
+
+
+async def test_each_job_is_answered_on_its_reply_to_queue(
+    node_worker: NodeWorker, storage: Path
+) -> None:
+    """Two jobs naming different replyTo queues and one naming none, all at once: every outcome
+    of each lands on its own queue only; a finished one delivered again is re-sent there too. A
+    replyTo with ':' (envelope@2 admits it, Node BullMQ cannot name such a queue) is answered on
+    the shared queue, which the engines forward from."""
+    transport = open_transport(node_worker.url)
+    assert isinstance(transport, BullmqTransport)
+    s1, s2, shared = "accord.outcomes.s1", "accord.outcomes.s3", "accord.outcomes"
+    jobs = {run: _envelope("cube") | {"runId": run} for run in ("s1", "s2", "none", "colon")}
+    jobs["s1"]["replyTo"], jobs["s2"]["replyTo"] = s1, s2
+    jobs["colon"]["replyTo"] = "accord.outcomes.s4:owner-b"
+    expected = {s1: {"s1"}, s2: {"s2"}, shared: {"none", "colon"}}
+    streams = {q: transport.consume(q, 8) for q in expected}
+    try:
+        for envelope in jobs.values():
+            await transport.publish(
+                "metadata", envelope["messageId"], json.dumps(envelope).encode()
+            )
+        got = {q: await _take(transport, streams[q], 2 * len(runs)) for q, runs in expected.items()}
+        for queue, runs in expected.items():
+            assert {o["runId"] for o in got[queue]} == runs, queue
+            for run in runs:
+                answers = [o for o in got[queue] if o["runId"] == run]
+                assert [o["messageType"] for o in answers] == ["accepted", "succeeded"], run
+                assert {o["causationId"] for o in answers} == {jobs[run]["messageId"]}, run
+        # the s1 job delivered again: its recorded outcome is re-sent on s1, nowhere else
+        message_id = jobs["s1"]["messageId"]
+        await transport.queue("metadata").remove(job_id_for(message_id))
+        await transport.queue(s1).remove(job_id_for(f"{message_id}:succeeded"))
+        await transport.publish("metadata", message_id, json.dumps(jobs["s1"]).encode())
+        assert await _take(transport, streams[s1], 1) == [got[s1][1]]
+        await asyncio.sleep(0.3)  # anything sent astray would have arrived by now
+        for queue in (s2, shared):
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(anext(streams[queue]), 0.2)
     finally:
         await transport.close()

@@ -7,7 +7,7 @@ job it receives and every outcome it publishes, unchanged. One run succeeds afte
 progress and beating (the heartbeat period is shorter than the handler), one fails terminally;
 on the brokers the first outcome's publish is slowed so the outcomes behind it leave as one
 batch; a fourth run is cancelled while its handler runs, so the engine asks the worker to stop
-on the control queue. Each job must be an ``envelope@1`` message whose payload is its ``messageType@
+on the control queue. Each job must be an ``envelope@2`` message whose payload is its ``messageType@
 contractVersion``; each outcome an ``outcome@1`` message whose payload is the contract its kind
 selects (``stage-accepted``, ``stage-heartbeat``, ``progress``, ``stage-failed``, or the
 capability's result at ``contractVersion``); each batch an ``outcome-batch@1`` message of such
@@ -225,7 +225,7 @@ def _validate_all(spy: Spy, catalog: Catalog) -> dict[str, dict[str, Any]]:
         return Validator.for_contract(found)
 
     envelope, outcome, batch, control = (
-        contract("envelope@1"),
+        contract("envelope@2"),
         contract("outcome@1"),
         contract("outcome-batch@1"),
         contract("cancellation-requested@1"),
@@ -306,7 +306,7 @@ async def test_every_message_of_a_run_validates(
 
 def _through_the_command(examples: dict[str, dict[str, Any]], tmp_path: Path) -> None:
     """One message of each kind through ``accord contracts validate --json``, in parallel."""
-    cases = {"job": "envelope@1", "batch": "outcome-batch@1", "control": "cancellation-requested@1"}
+    cases = {"job": "envelope@2", "batch": "outcome-batch@1", "control": "cancellation-requested@1"}
     cases |= {k: "outcome@1" for k in ("accepted", "heartbeat", "progress", "succeeded", "failed")}
     command = str(Path(sys.executable).parent / "accord")
     procs = {}

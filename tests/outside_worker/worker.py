@@ -45,6 +45,9 @@ FORMATS = REPOSITORY / "schemas" / "published" / "formats.json"
 
 CAPABILITY = ("metadata.extract", 2)
 OUTCOMES_QUEUE = "accord.outcomes"
+# protocol §3: envelope@2's replyTo, the queue every outcome of the job goes to (a value that breaks
+# the contract's pattern is refused as invalid-envelope and answered on the shared queue)
+REPLY_TO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
 MAX_BODY_BYTES = 1_048_576
 QUARANTINE_BODY_CHARS = 4096
 CANCELLED_REMEMBERED = 65_536
@@ -190,6 +193,7 @@ class Attempt:
     fence: str
     tenant: str
     result_version: int
+    reply_to: str = OUTCOMES_QUEUE  # where its outcomes go: replyTo, else the shared queue
 
     @property
     def key(self) -> str:
@@ -211,6 +215,7 @@ def identity_of(envelope: Any) -> Attempt | str:
         return "field 'messageId' must be a non-empty string"
     tenant = envelope.get("tenant")
     version = envelope.get("resultSchemaVersion")
+    reply_to = envelope.get("replyTo")
     return Attempt(
         message_id=message_id,
         run_id=envelope["runId"],
@@ -219,6 +224,9 @@ def identity_of(envelope: Any) -> Attempt | str:
         fence=envelope["fence"],
         tenant=tenant if isinstance(tenant, str) else "",
         result_version=version if isinstance(version, int) and version >= 1 else 1,
+        reply_to=reply_to
+        if isinstance(reply_to, str) and REPLY_TO.fullmatch(reply_to)
+        else OUTCOMES_QUEUE,
     )
 
 
@@ -691,8 +699,9 @@ class OutsideWorker:
             raise ValueError(f"refusing to send an invalid {kind} outcome: {'; '.join(problems)}")
         return message_id, canonical(document)
 
-    async def send(self, message: tuple[str, bytes]) -> None:
-        await self.transport.publish(OUTCOMES_QUEUE, message[0], message[1])
+    async def send(self, job: Attempt, message: tuple[str, bytes]) -> None:
+        """protocol §3/§4: every outcome of `job` goes to its replyTo queue, else the shared one."""
+        await self.transport.publish(job.reply_to, message[0], message[1])
 
     async def quarantine(
         self, queue: str, message_id: str | None, reason: str, body: bytes | None
@@ -751,7 +760,7 @@ class OutsideWorker:
             assert record is not None
             return await self.redelivered(job, record)
         try:
-            await self.send(accepted)
+            await self.send(job, accepted)
         except Exception as error:
             self.records.release(job.key)
             emit("accept-unconfirmed", runId=job.run_id, error=str(error))
@@ -766,7 +775,7 @@ class OutsideWorker:
             emit("exiting-after-record", runId=job.run_id)
             os._exit(17)
         try:
-            await self.send(final)
+            await self.send(job, final)
         except Exception as error:
             emit("final-unconfirmed", runId=job.run_id, error=str(error))
             return "retry"
@@ -777,10 +786,10 @@ class OutsideWorker:
         accepted, final = prior
         accepted_id = f"{job.message_id}:accepted"
         try:
-            await self.transport.publish(OUTCOMES_QUEUE, accepted_id, accepted)
+            await self.send(job, (accepted_id, accepted))
             if final is not None:
                 final_id = json.loads(final)["messageId"]
-                await self.transport.publish(OUTCOMES_QUEUE, final_id, final)
+                await self.send(job, (final_id, final))
         except Exception:
             return "retry"
         emit(
@@ -803,7 +812,8 @@ class OutsideWorker:
                 await asyncio.sleep(self.heartbeat_s)
                 beats += 1
                 try:
-                    await self.send(self.outcome(job, "heartbeat", {"at": time.time()}, beats))
+                    beat = self.outcome(job, "heartbeat", {"at": time.time()}, beats)
+                    await self.send(job, beat)
                 except Exception:
                     emit("heartbeat-skipped", runId=job.run_id)
 
@@ -855,7 +865,7 @@ class OutsideWorker:
 
     def check(self, envelope: JsonObject) -> JsonObject:
         """protocol §3 step 3: envelope, then sealed values, then the request with defaults."""
-        problems = self.contracts.violations("envelope", 1, envelope)
+        problems = self.contracts.violations("envelope", 2, envelope)
         if problems:
             raise Failure("invalid-envelope", "; ".join(problems))
         kind = (envelope["messageType"], envelope["contractVersion"])

@@ -207,6 +207,42 @@ def test_fleet_table_lists_the_default_then_the_variants() -> None:
     assert "### Distributed fleet" in markdown(_results(fleet=FLEET))
 
 
+SCALED = {
+    "bullmq.runs_per_s": 150.0,
+    "bullmq.engines": 1,
+    "bullmq.workers": 1,
+    "bullmq.slots": 8,
+    "bullmq.conflicts_per_run": 0.0,
+    "bullmq.engine_cpu_ms_per_run": 4.0,
+    "bullmq.total_cpu_ms_per_run": 6.0,
+    "bullmq.variants.e2w1s8.runs_per_s": 140.0,
+    "bullmq.variants.e2w1s8.conflicts_per_run": 0.005,
+    "bullmq.variants.e2w1s8.engine_cpu_ms_per_run": 4.2,
+    "bullmq.variants.e4w1s8.runs_per_s": 120.0,
+    "bullmq.variants.e4w1s8.conflicts_per_run": 0.01,  # not below 0.01
+    "bullmq.variants.e4w1s8.engine_cpu_ms_per_run": 5.0,
+    "bullmq.variants.e4w1s8.ownership_lost_per_run": 0.002,
+    # other workers than the default's: not one of the scaling configurations
+    "bullmq.variants.e2w2s8.runs_per_s": 90.0,
+    "bullmq.variants.e2w2s8.conflicts_per_run": 0.5,
+    "bullmq.variants.e2w2s8.engine_cpu_ms_per_run": 40.0,
+}
+
+
+def test_scaling_rows_take_the_default_workers_with_one_two_and_four_engines() -> None:
+    table = rows(_results(fleet=SCALED))
+    conflicts = [_row(table, f"Redis + BullMQ: conflicts per run, {e} engine") for e in (1, 2, 4)]
+    assert [row.value for row in conflicts] == [0.0, 0.005, 0.01]
+    assert [row.met for row in conflicts] == ["met", "met", "not met"]
+    growth = _row(table, "Redis + BullMQ: engine CPU per run, most engines")
+    assert growth.value == 1.25 and growth.met == "not met"  # e4 ÷ e1, not e2w2s8's 10×
+    cpu = _row(table, "CPU per run (Redis + BullMQ")
+    assert cpu.value == 6.0 and cpu.met == "not met"
+    assert _row(table, "Redis + RabbitMQ: conflicts per run, 2").met == "n/a"
+    e4 = next(line for line in fleet_table(_results(fleet=SCALED)) if "| e4w1s8 |" in line)
+    assert "| 0.010 | 0.002 |" in e4  # conflicts/run, ownership lost/run
+
+
 def test_stat_cpu_reads_utime_and_stime_past_an_awkward_command_name() -> None:
     tail = " ".join(str(v) for v in range(3, 20))  # fields 3.. of /proc/<pid>/stat
     line = f"4242 (a b) c) {tail}"  # utime is field 14 (value 14), stime field 15 (value 15)
@@ -292,3 +328,7 @@ async def test_a_tiny_fleet_reports_every_process(broker: str, engines: int) -> 
     assert figures["outcomes_per_message"] >= 1  # counted in the worker process
     assert ("rabbitmq_cpu_ms_per_run" in figures) == (broker == "rabbitmq")
     assert "redis_cpu_ms_per_run" in figures
+    # every engine took its share of the shards before the timed phase, and kept it
+    assert figures["shards"] == 8 and figures["shards_moved"] == 0
+    assert figures["total_cpu_ms_per_run"] > figures["cpu_ms_per_run"]
+    assert figures["conflicts_per_run"] == pytest.approx(figures["conflicts"] / 6, abs=1e-4)

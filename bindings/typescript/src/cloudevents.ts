@@ -1,4 +1,4 @@
-// The CloudEvents 1.0 form of the envelope (envelope@1), both ways, without loss: the same
+// The CloudEvents 1.0 form of the envelope (envelope@2, and so envelope@1), both ways, without loss: the same
 // mapping as accord.contracts.cloudevents (Python), attribute for attribute, so an event made
 // in one language reads back in the other. docs/cloudevents.md has the table; in short:
 //
@@ -80,6 +80,7 @@ export const EXTENSIONS: readonly Extension[] = [
   ext("deadline", "accorddeadline", "string"),
   ext("resultSchemaVersion", "accordresultver", "integer"),
   ext("traceparent", "traceparent", "string"),
+  ext("replyTo", "accordreplyto", "string"), // envelope@2: where the job's outcomes go
 ];
 
 export const PAYLOAD_REF: readonly Extension[] = [

@@ -57,7 +57,7 @@ __all__ = ["CRASH_ENV", "open_engine", "open_store", "open_transport", "reach_tr
 CRASH_ENV = "ACCORD_CRASH_AT"  # a crash point for fault tests, read by open_engine
 _QUEUE_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
 
-STORE_SCHEMES = ("memory", "sqlite", "redis", "rediss", "postgresql")
+STORE_SCHEMES = ("memory", "sqlite", "redis", "rediss", "redis+cluster", "postgresql")
 TRANSPORT_SCHEMES = (
     "memory", "sqlite", "embedded+sqlite", "embedded", "bullmq", "redis+bullmq", "amqp", "amqps",
     "postgresql",
@@ -77,12 +77,13 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
         if scheme == "memory":
             from accord.adapters.stores.memory import MemoryStore  # noqa: PLC0415
 
-            return MemoryStore(clock)
+            return MemoryStore.from_url(url, clock)
         if scheme == "sqlite":
             from accord.adapters.stores.sqlite import SqliteStore  # noqa: PLC0415
 
             return SqliteStore.from_url(url, clock)
-        if scheme in ("redis", "rediss"):  # redis://host:6379/0?prefix=accord&shards=8
+        # redis://host:6379/0?prefix=accord&shards=8; redis+cluster://h1:p1,h2:p2/?prefix=…
+        if scheme in ("redis", "rediss", "redis+cluster"):
             from accord.adapters.stores.redis import RedisStore  # noqa: PLC0415
 
             return RedisStore.from_url(url, clock)

@@ -34,6 +34,19 @@ carry out is answered with :class:`ReplicaShortfall` instead of its reply: it ha
 primary, but a failover now could lose it, so it is indeterminate, exactly like a write whose
 reply was lost. Reads of the round are answered as usual. One ``WAIT`` covers the whole round.
 
+Redis Cluster (a group made on redis-py's asyncio ``RedisCluster``): a round is split by the
+master that serves each call's slot, and each master's share is one pipeline on the group's own
+connection to that master, all masters at once; the ``WAIT`` barrier ends each master's share, on
+that connection, so it counts that master's replicas. A script call's keys must all hash to one
+slot (Accord's are hash-tagged), else it is refused at :meth:`GroupCalls.submit` with
+``CROSSSLOT`` before anything is queued; a command is routed by its first argument (its key). A
+``MOVED`` reply (the slot has a new master: a failover or a resharding) or ``ASK`` (a slot being
+migrated) means the call was not carried out: the slot map is corrected and the call sent again
+where it belongs (``ASKING`` first for ``ASK``), at most :data:`REDIRECTS` times. A connection
+error or timeout fails only that master's share of the round, as above, and the slot map is read
+afresh from the cluster before the next round, so once a replica has been promoted the calls go to
+it. Nothing else is retried.
+
 Commands are packed by hiredis when it is installed (one C call per command) and by
 :func:`pack_plain` otherwise.
 """
@@ -47,6 +60,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import exceptions as rx
+from redis.asyncio.cluster import RedisCluster
+from redis.backoff import NoBackoff
+from redis.crc import key_slot
+from redis.retry import Retry
 
 try:
     import hiredis as _hiredis
@@ -54,9 +71,18 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     _hiredis = None  # type: ignore[assignment]
 
 
-__all__ = ["MAX_GROUP", "GroupCalls", "ReplicaShortfall", "pack", "pack_plain", "round_trip"]
+__all__ = [
+    "MAX_GROUP",
+    "REDIRECTS",
+    "GroupCalls",
+    "ReplicaShortfall",
+    "pack",
+    "pack_plain",
+    "round_trip",
+]
 
 MAX_GROUP = 256  # calls per pipeline
+REDIRECTS = 5  # MOVED / ASK replies followed per call (a cluster), then the reply is the answer
 
 
 def pack_plain(args: Sequence[str | int | float | bytes]) -> bytes:
@@ -112,12 +138,29 @@ class ReplicaShortfall(rx.RedisError):
         self.reply = reply
 
 
+_ASKING = pack_plain(("ASKING",))
+
+
 @dataclass(slots=True)
 class _Call:
     script: Any  # redis-py's AsyncScript (.sha and .script, the source), None for a command
     packed: bytes
     answer: asyncio.Future[Any]
     write: bool
+    slot: int = -1  # a cluster: the slot of the call's keys (-1: standalone, or no key)
+    ask: str = ""  # a cluster: the node an ASK reply sent this call to, for its next send only
+    redirects: int = 0
+
+
+def _slot(keys: Sequence[str | int | bytes]) -> int:
+    """The one slot of ``keys`` (-1 for none); ``CROSSSLOT`` when they span several."""
+    slots = {key_slot(k if isinstance(k, bytes) else str(k).encode("utf-8")) for k in keys}
+    if len(slots) > 1:
+        raise rx.ClusterCrossSlotError(
+            f"CROSSSLOT keys {list(keys)!r} hash to slots {sorted(slots)}: a script call on a"
+            " Redis Cluster must keep to one slot (hash-tag its keys)"
+        )
+    return slots.pop() if slots else -1
 
 
 class GroupCalls:
@@ -133,23 +176,28 @@ class GroupCalls:
         self._flusher: asyncio.Task[None] | None = None
         self._conn: Any = None  # made on first use
         self._timeout: float | None = None  # redis-py's socket_timeout, for a whole group
+        self._cluster = isinstance(client, RedisCluster)
+        self._conns: dict[str, Any] = {}  # a cluster: node name -> the group's connection to it
+        self._stale = False  # a cluster: read the slot map afresh before the next round
 
     def submit(self, script: Any, keys: Sequence[str], args: Sequence[str | int]) -> Any:
         """Queue one ``EVALSHA`` and return the future of its reply (raises the call's error).
         Arguments that cannot be sent raise here, before anything is queued."""
         packed = pack(("EVALSHA", script.sha, len(keys), *keys, *args))
-        return self._queue_call(script, packed, write=True)
+        slot = _slot(keys) if self._cluster else -1
+        return self._queue_call(script, packed, write=True, slot=slot)
 
     def submit_command(self, *args: str | int, write: bool = False) -> Any:
         """Queue one plain command (``GET``, ``HMGET``, ``LRANGE``; ``SET``, ``RPUSH`` with
         ``write=True``) and return the future of its reply as the server sends it: redis-py's
         reply callbacks are not applied, so this is for commands whose reply needs none."""
-        return self._queue_call(None, pack(args), write=write)
+        slot = _slot(args[1:2]) if self._cluster else -1
+        return self._queue_call(None, pack(args), write=write, slot=slot)
 
-    def _queue_call(self, script: Any, packed: bytes, *, write: bool) -> Any:
+    def _queue_call(self, script: Any, packed: bytes, *, write: bool, slot: int = -1) -> Any:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Call(script, packed, answer, write))
+        self._queue.append(_Call(script, packed, answer, write, slot))
         if self._flusher is None:
             self._flusher = loop.create_task(self._flush())
         return answer
@@ -164,6 +212,9 @@ class GroupCalls:
             await asyncio.wait([self._flusher])
         if self._conn is not None:
             await self._conn.disconnect()
+        for conn in self._conns.values():
+            await conn.disconnect()
+        self._conns.clear()
 
     async def _flush(self) -> None:
         queue = self._queue
@@ -174,7 +225,9 @@ class GroupCalls:
                     call = queue.popleft()
                     if not call.answer.done():  # a caller cancelled before the send: not sent
                         group.append(call)
-                if group:
+                if group and self._cluster:
+                    await self._send_cluster(group)
+                elif group:
                     await self._send(group)
         except BaseException as exc:  # cancelled (the loop is closing): nobody is left hanging
             while queue:
@@ -183,16 +236,25 @@ class GroupCalls:
         finally:
             self._flusher = None
 
-    async def _send(self, group: list[_Call]) -> None:
+    async def _send(
+        self, group: list[_Call], node: Any = None, redirected: list[_Call] | None = None
+    ) -> None:
+        """One round trip for ``group`` (on a cluster: ``node``'s share of a round), every call
+        answered; on a cluster, calls redirected elsewhere are put in ``redirected`` instead."""
+        conn = None
         try:
             try:
                 async with asyncio.timeout(self._timeout):
-                    replies = await self._exchange(group)
+                    conn = await (self._connection() if node is None else self._node_conn(node))
+                    replies = await self._exchange(conn, group)
             except TimeoutError:
                 raise rx.TimeoutError(f"no reply from Redis within {self._timeout} s") from None
         except BaseException as exc:
-            if self._conn is not None:
-                await self._conn.disconnect(nowait=True)  # possibly half-read: never reuse it
+            conn = conn or (self._conn if node is None else self._conns.get(node.name))
+            if conn is not None:
+                await conn.disconnect(nowait=True)  # possibly half-read: never reuse it
+            if node is not None and isinstance(exc, (rx.ConnectionError, rx.TimeoutError)):
+                self._stale = True  # a master gone: its replica may take over its slots
             for call in group:
                 _answer(call.answer, exc)
             if not isinstance(exc, Exception):
@@ -200,28 +262,108 @@ class GroupCalls:
             return
         for call, reply in zip(group, replies, strict=True):
             answer = call.answer
-            if not answer.done():
-                if isinstance(reply, (rx.ResponseError, ReplicaShortfall)):
-                    answer.set_exception(reply)
+            call.ask = ""
+            if answer.done():
+                continue
+            moved = isinstance(reply, rx.AskError)  # MOVED is an AskError too
+            if redirected is not None and moved and call.redirects < REDIRECTS:
+                call.redirects += 1
+                if isinstance(reply, rx.MovedError):
+                    await self.client.nodes_manager.move_slot(reply)
                 else:
-                    answer.set_result(reply)
+                    call.ask = f"{reply.host}:{reply.port}"
+                redirected.append(call)
+                continue
+            if isinstance(reply, (rx.ResponseError, ReplicaShortfall)):
+                answer.set_exception(reply)
+            else:
+                answer.set_result(reply)
 
-    async def _exchange(self, group: list[_Call]) -> list[Any]:
-        conn = await self._connection()
-        barrier = self._barrier if any(call.write for call in group) else None
-        packed = [call.packed for call in group]
+    async def _send_cluster(self, group: list[_Call]) -> None:
+        """A round on a cluster: each master's share in its own pipeline, all at once; calls a
+        ``MOVED`` or ``ASK`` sent elsewhere go again, in a round of their own."""
+        while group:
+            if self._stale:
+                try:
+                    await self.client.nodes_manager.initialize()
+                    self._stale = False
+                except Exception as exc:  # no node answered: the whole round fails, retryable
+                    failed = rx.ConnectionError(f"the cluster's slot map was not refreshed: {exc}")
+                    for call in group:
+                        _answer(call.answer, failed)
+                    return
+            shares: dict[str, tuple[Any, list[_Call]]] = {}
+            for call in group:
+                try:
+                    node = self._node_of(call)
+                except (rx.RedisClusterException, rx.RedisError) as exc:  # slot not covered
+                    self._stale = True
+                    _answer(call.answer, exc)
+                    continue
+                shares.setdefault(node.name, (node, []))[1].append(call)
+            redirected: list[_Call] = []
+            await asyncio.gather(
+                *(self._send(calls, node, redirected) for node, calls in shares.values())
+            )
+            group = redirected
+
+    def _node_of(self, call: _Call) -> Any:
+        """The node ``call`` goes to: where an ``ASK`` sent it, else its slot's master."""
+        manager = self.client.nodes_manager
+        if call.ask:
+            node = manager.get_node(node_name=call.ask)
+            if node is not None:
+                return node
+            self._stale = True
+            raise rx.ConnectionError(f"ASK to {call.ask}, a node not in the slot map")
+        if call.slot < 0:
+            return self.client.get_default_node()
+        return manager.get_node_from_slot(call.slot)
+
+    async def _node_conn(self, node: Any) -> Any:
+        """The group's own connection to ``node`` (made like the cluster client's, without its
+        retries: a failure is answered, never retried blindly)."""
+        conn = self._conns.get(node.name)
+        if conn is None:
+            kwargs = dict(node.connection_kwargs)
+            kwargs["retry"] = Retry(NoBackoff(), 0)
+            conn = self._conns[node.name] = node.connection_class(**kwargs)
+            self._timeout, conn.socket_timeout = conn.socket_timeout, None
+        return await self._fresh(conn)
+
+    def _packed(self, calls: list[_Call]) -> list[bytes]:
+        out: list[bytes] = []
+        for call in calls:
+            if call.ask:
+                out.append(_ASKING)
+            out.append(call.packed)
+        return out
+
+    async def _trip(self, conn: Any, calls: list[_Call], barrier: bytes | None) -> list[Any]:
+        """One pipeline of ``calls`` (and the barrier, last); one reply per call, then the
+        barrier's (the replies of ``ASKING`` are dropped)."""
+        packed = self._packed(calls)
         replies = await round_trip(conn, [*packed, barrier] if barrier else packed)
+        if len(packed) == len(calls):
+            return replies
+        out, n = [], 0
+        for call in calls:
+            n += 1 if call.ask else 0
+            out.append(replies[n])
+            n += 1
+        return out + replies[n:]
+
+    async def _exchange(self, conn: Any, group: list[_Call]) -> list[Any]:
+        barrier = self._barrier if any(call.write for call in group) else None
+        replies = await self._trip(conn, group, barrier)
         acknowledged = replies.pop() if barrier else None
         again = [n for n, reply in enumerate(replies) if isinstance(reply, rx.NoScriptError)]
         if again:
             for script in {id(group[n].script): group[n].script for n in again}.values():
                 await conn.send_command("SCRIPT", "LOAD", script.script)
                 await conn.read_response()  # the sha is the source's SHA-1: unchanged
-            packed = [group[n].packed for n in again]
-            if barrier:  # the calls sent again wait for replicas too
-                packed.append(barrier)
-            more = await round_trip(conn, packed)
-            if barrier:
+            more = await self._trip(conn, [group[n] for n in again], barrier)
+            if barrier:  # the calls sent again waited for replicas too
                 acknowledged = more.pop()
             for n, reply in zip(again, more, strict=True):
                 replies[n] = reply
@@ -250,6 +392,10 @@ class GroupCalls:
             conn = self._conn = self.client.connection_pool.make_connection()
             # one deadline per group instead of a timer per read and a task per write
             self._timeout, conn.socket_timeout = conn.socket_timeout, None
+        return await self._fresh(conn)
+
+    async def _fresh(self, conn: Any) -> Any:
+        """``conn``, connected, and opened afresh if stale (see :meth:`_connection`)."""
         if conn.is_connected:
             try:  # can_read: redis-py 8; can_read_destructive before
                 check = conn.can_read if hasattr(conn, "can_read") else conn.can_read_destructive

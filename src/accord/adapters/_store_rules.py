@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +55,27 @@ COLUMNS = ("status", "workflow", "tenant")
 ENDED = tuple(sorted(RUN_TERMINAL))  # the statuses a run ends in: only these are ever pruned
 PRUNE_STEP = 100  # runs removed per transaction (or per pipelined round of scripts)
 # A store URL may carry the embedded transport's options, so one URL opens both.
+MAX_SHARDS = 1024  # a store's shard count is from 1 to this, fixed when it is created
+
+
+def check_shards(shards: Sequence[int], count: int) -> list[int]:
+    """``shards`` as a list of distinct shard numbers of a store with ``count`` shards; a number
+    out of range is refused by name (a caller's bug, never silently ignored)."""
+    out = list(dict.fromkeys(shards))
+    bad = [s for s in out if not isinstance(s, int) or not 0 <= s < count]
+    if bad:
+        raise ValueError(f"shard(s) {bad} out of range: the store has shards 0 to {count - 1}")
+    return out
+
+
+def shard_count_option(options: Mapping[str, str], default: int) -> int:
+    """The ``shards`` URL option: how many shards a store is created with (see ports.Shards)."""
+    count = int_option(options, "shards", default)
+    if not 1 <= count <= MAX_SHARDS:
+        raise ValueError(f"shards={count}: a store has from 1 to {MAX_SHARDS} shards")
+    return count
+
+
 SHARED_OPTS = frozenset({"visibility_ms", "max_deliveries", "dedup_ms", "poll_ms"})
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -326,7 +326,7 @@ def shown_message(
         text = named.text(body.decode("utf-8", errors="replace")[:VIEW_CHARS], found)
         pattern = scrub_pattern(found)
         return scrub(text, pattern), scrub(named.text(reason, found), scrub_pattern(found))
-    envelope = catalog.message("envelope@1") if catalog else None
+    envelope = catalog.message("envelope@2") if catalog else None  # v2 knows every v1 field
     known = frozenset(envelope.payload) if envelope else frozenset()
     view = _View(catalog, results or {}, known, found)
     masked = named.value(view.envelope(doc), found)

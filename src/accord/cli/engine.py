@@ -30,7 +30,8 @@ from typing import Annotated, Any
 
 import typer
 
-from accord.adapters import open_engine
+from accord.adapters import open_engine, open_store
+from accord.adapters.clock import SystemClock
 from accord.cli._common import LoopOpt, console, emit_json, pick_loop, usage
 from accord.cli._connect import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -56,6 +57,7 @@ from accord.cli.telemetry import (
     projection_for,
     ratio_or_exit,
 )
+from accord.engine.ports import Shards
 from accord.engine.runtime.holding import HOLD_MS
 from accord.engine.runtime.orchestrator import Engine, EngineOptions
 from accord.engine.runtime.retention import parse_duration
@@ -96,9 +98,16 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
     poll_ms: Annotated[int, typer.Option(min=1, help="timer and housekeeping poll")] = 50,
     lease_ms: Annotated[int, typer.Option(min=100, help="timer and outbox lease")] = 30_000,
     grace_ms: Annotated[int, typer.Option(min=0, help="age before the sweep republishes")] = 5_000,
+    shard_lease_ms: Annotated[
+        int,
+        typer.Option(min=200, help="shard lease: an engine silent this long loses its shards"),
+    ] = 10_000,
     canary_every_ms: Annotated[
         int, typer.Option(min=0, help="how often running canaries are settled (0: never)")
     ] = 5_000,
+    cache_size: Annotated[
+        int, typer.Option(min=1, help="live runs of its shards the engine keeps in memory")
+    ] = 4096,
     platform: Annotated[
         bool, typer.Option(help="run the platform actions (cache, catalogue, audit) here")
     ] = True,
@@ -162,6 +171,8 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
                 poll_ms=poll_ms,
                 lease_ms=lease_ms,
                 grace_ms=grace_ms,
+                shard_lease_ms=shard_lease_ms,
+                cache_size=cache_size,
                 canary_every_ms=canary_every_ms,
                 accept_linger_ms=accept_linger_ms,
                 store_hold_ms=store_hold_ms,
@@ -191,7 +202,11 @@ def run(  # noqa: PLR0917 - typer maps each option to a parameter
         # collector's scans, which otherwise pause the loop for milliseconds mid-transition
         gc.collect()
         gc.freeze()
-        console.print(f"engine {engine.owner} running on {store} ({chosen_loop} loop)")
+        keeper = engine.shards
+        console.print(
+            f"engine {engine.owner} running on {store} ({chosen_loop} loop; owns"
+            f" {len(keeper.owned)} of {keeper.count} shards, {len(keeper.live)} engine(s) live)"
+        )
         await stop.wait()
         await observing.close()
         await engine.stop()
@@ -238,6 +253,54 @@ async def _with_platform(
                 f"no active version of workflow {name!r}", param_hint="--workflow"
             )
         platform.writer.watch(await engine.plan(digest))
+
+
+@app.command("shards")
+def shards(
+    store: StoreOpt = DEFAULT_URL,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Show the store's shards: which engine owns each, at which epoch, for how much longer."""
+
+    async def read() -> dict[str, Any]:
+        opened = open_store(store)
+        try:
+            if not isinstance(opened, Shards):
+                usage(f"store {store!r} keeps no shard leases")
+            now = SystemClock().now_ms()
+            leases = await opened.shard_leases()
+            owners = sorted({lease.owner for lease in leases if lease.expires_at_ms > now})
+            return {
+                "shards": opened.shard_count,
+                "engines": owners,  # the engines holding a lease now
+                "leases": [
+                    {
+                        "shard": lease.shard,
+                        "owner": lease.owner if lease.expires_at_ms > now else None,
+                        "epoch": lease.epoch,
+                        "expires_in_ms": max(lease.expires_at_ms - now, 0),
+                    }
+                    for lease in leases
+                ],
+            }
+        finally:
+            await opened.close()
+
+    try:
+        report = asyncio.run(read())
+    except (StoreError, TransportError) as exc:
+        usage(str(exc))
+    if json_out:
+        emit_json(report)
+        return
+    owners = ", ".join(report["engines"]) or "none"
+    console.print(f"{report['shards']} shard(s); engines holding leases: {owners}")
+    for row in report["leases"]:
+        owner = row["owner"] or "(free)"
+        console.print(
+            f"  shard {row['shard']:>4}  {owner:<24} epoch {row['epoch']:<6}"
+            f" expires in {row['expires_in_ms']} ms"
+        )
 
 
 @app.command("reconcile")

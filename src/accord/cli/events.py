@@ -1,8 +1,9 @@
 """`accord events to-cloudevent|from-cloudevent`: the envelope as a CloudEvents 1.0 event and back.
 
-Thin commands over :mod:`accord.contracts.cloudevents`. The envelope is checked against its
-contract (``envelope@1`` of the workspace) on the way out and the envelope read back is checked
-on the way in, so neither command lets through a message the engine would refuse.
+Thin commands over :mod:`accord.contracts.cloudevents`. The envelope is checked against its contract
+(``envelope@2`` of the workspace, which every ``envelope@1`` satisfies) on the way out and the
+envelope read back is checked on the way in, so neither command lets through a message the engine
+would refuse.
 
 Modes: ``structured`` (default) is one JSON object, the ``application/cloudevents+json`` form.
 ``binary`` is the HTTP binding, written and read as one JSON document
@@ -34,7 +35,7 @@ from accord.errors import FieldViolation
 
 app = typer.Typer(help="Map envelopes to CloudEvents 1.0 events and back.", no_args_is_help=True)
 
-ENVELOPE = "envelope@1"
+ENVELOPE = "envelope@2"  # the current envelope; every envelope@1 document is valid under it
 
 
 class Mode(StrEnum):
@@ -73,7 +74,7 @@ def _envelope_contract() -> MessageContract:
 
 
 def _check(envelope: Any, what: str) -> None:
-    """Refuse ``envelope`` unless ``envelope@1`` accepts it as it stands (no default added)."""
+    """Refuse ``envelope`` unless ``envelope@2`` accepts it as it stands (no default added)."""
     from accord.contracts.validate import Validator  # noqa: PLC0415 - compiles schemas on import
 
     result = Validator.for_contract(_envelope_contract()).validate(envelope)

@@ -1,4 +1,5 @@
-"""The CloudEvents 1.0 form of the envelope (``envelope@1``), both ways, without loss.
+"""The CloudEvents 1.0 form of the envelope (``envelope@2``, and so ``envelope@1``), both ways,
+without loss.
 
 The envelope contract says it maps onto a CloudEvents 1.0 event; this module is that mapping,
 so an Accord message can cross any CloudEvents transport (HTTP, Kafka, an event router) and come
@@ -161,6 +162,7 @@ EXTENSIONS: Final[tuple[Extension, ...]] = (
     Extension("deadline", "accorddeadline", str),
     Extension("resultSchemaVersion", "accordresultver", int),
     Extension("traceparent", "traceparent", str),
+    Extension("replyTo", "accordreplyto", str),  # envelope@2: where the job's outcomes go
 )
 PAYLOAD_REF: Final[tuple[Extension, ...]] = (
     Extension("digest", "accordrefdigest", str),

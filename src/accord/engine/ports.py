@@ -15,13 +15,19 @@ the
 - :class:`Sink` — where telemetry goes (a projection, OpenTelemetry…).
 - :class:`Projection` — the derived search index of durable history (docs/observability.md).
 - :class:`Clock` — time in integer milliseconds since the Unix epoch.
+- :class:`Shards` — single-writer ownership of runs: runs hash to a fixed number of shards
+  (:func:`shard_of`), engines heartbeat into the store and hold each shard they own under a
+  lease with an epoch; a :class:`Commit` made under a :class:`Fence` lands only while that lease
+  is still held at that epoch (:class:`~accord.errors.OwnershipLost` otherwise), checked in the
+  same atomic step as the run's version (docs/distributed.md, "Shards").
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, runtime_checkable
+from zlib import crc32
 
 __all__ = [
     "Clock",
@@ -30,6 +36,7 @@ __all__ = [
     "Delivery",
     "Document",
     "FailedDocument",
+    "Fence",
     "IndexOutcome",
     "JointCommit",
     "JointQueue",
@@ -41,6 +48,8 @@ __all__ = [
     "QueuedMessage",
     "SearchQuery",
     "SearchResult",
+    "ShardLease",
+    "Shards",
     "Sink",
     "Store",
     "StoredRun",
@@ -48,6 +57,7 @@ __all__ = [
     "Transport",
     "Waiting",
     "Withdraw",
+    "shard_of",
 ]
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
@@ -81,6 +91,30 @@ class Timer:
     payload: JsonDict  # enough to build the TimerFired event
 
 
+def shard_of(run_id: str, shard_count: int) -> int:
+    """The shard a run belongs to, for ever: ``crc32(run id) mod shard_count``."""
+    return crc32(run_id.encode("utf-8")) % shard_count
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """The shard lease a commit is made under: the store applies the commit only if ``shard``'s
+    lease is held by ``owner`` at ``epoch`` (whatever its expiry: a lapsed lease nobody took
+    changes no epoch), in the same atomic step as the version check."""
+
+    shard: int
+    owner: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLease:
+    shard: int
+    owner: str
+    epoch: int  # grows by one each time the shard changes hands (or is taken back after lapsing)
+    expires_at_ms: int
+
+
 @dataclass(frozen=True, slots=True)
 class Commit:
     run_id: str
@@ -91,6 +125,7 @@ class Commit:
     timers_set: Sequence[Timer] = ()
     timers_cancel: Sequence[str] = ()
     index: Mapping[str, str] = field(default_factory=dict)  # searchable columns: status, workflow…
+    fence: Fence | None = None  # made by a shard's owner: refused once that lease is lost
 
     @property
     def new_version(self) -> int:
@@ -108,12 +143,24 @@ class Store(Protocol):
 
     async def history(self, run_id: str) -> list[JsonDict]: ...
 
-    async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
+    async def claim_timers(
+        self,
+        now_ms: int,
+        limit: int,
+        owner: str,
+        lease_ms: int,
+        shards: Collection[int] | None = None,
+    ) -> list[Timer]:
         """Lease up to ``limit`` due timers to ``owner``; a lease that lapses makes them due again.
-        A timer is removed only by a commit that cancels it."""
+        A timer is removed only by a commit that cancels it. ``shards``: only timers of runs in
+        those shards (:func:`shard_of`); ``None``: every shard."""
         ...
 
-    async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]: ...
+    async def claim_outbox(
+        self, limit: int, owner: str, lease_ms: int, shards: Collection[int] | None = None
+    ) -> list[OutboxEntry]:
+        """Lease up to ``limit`` pending outbox entries (of runs in ``shards``, if given)."""
+        ...
 
     async def outbox_done(self, entry_ids: Sequence[str]) -> None: ...
 
@@ -147,6 +194,43 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Shards(Protocol):
+    """Engine membership and shard leases, kept in the store and on the store's clock.
+
+    ``shard_count`` is fixed when the store is created and recorded there; opening it with
+    another count is refused. Engines call :meth:`beat` and :meth:`hold_shards` every few
+    seconds; ownership is decided by the engines (rendezvous hashing over :meth:`beat`'s live
+    engines), the store only makes each lease exclusive and fences commits with its epoch."""
+
+    @property
+    def shard_count(self) -> int: ...
+
+    async def beat(self, engine: str, ttl_ms: int) -> list[str]:
+        """Record ``engine`` as live for ``ttl_ms``; return every live engine's id, sorted."""
+        ...
+
+    async def leave(self, engine: str) -> None:
+        """``engine`` stops: it is no longer live and every lease it holds is released."""
+        ...
+
+    async def hold_shards(self, engine: str, shards: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        """Take or renew the lease of each of ``shards`` for ``engine`` for ``ttl_ms``; return
+        ``shard → epoch`` for those it now holds. A lease held by another engine and not yet
+        expired is left alone (absent from the answer). A lease ``engine`` holds unexpired is
+        renewed at the same epoch; a free or expired one (even ``engine``'s own) is taken at
+        a new epoch, one above the last."""
+        ...
+
+    async def release_shards(self, engine: str, shards: Sequence[int]) -> None:
+        """Give up ``engine``'s leases of ``shards`` (expired at once; epochs kept)."""
+        ...
+
+    async def shard_leases(self) -> list[ShardLease]:
+        """Every shard lease ever taken (expired ones too), by shard."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

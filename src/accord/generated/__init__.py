@@ -13,6 +13,7 @@ from .cancellation_requested_v1 import CancellationRequestedV1
 from .catalogue_entry_v1 import CatalogueEntryV1
 from .catalogue_publish_request_v1 import CataloguePublishRequestV1
 from .envelope_v1 import EnvelopeV1
+from .envelope_v2 import EnvelopeV2
 from .etsy_create_listing_request_v1 import EtsyCreateListingRequestV1
 from .etsy_listing_limits_v1 import EtsyListingLimitsV1
 from .etsy_shop_listing_v1 import EtsyShopListingV1
@@ -49,6 +50,7 @@ MODELS: dict[tuple[str, int], type[BaseModel]] = {
     ('catalogue-entry', 1): CatalogueEntryV1,
     ('catalogue-publish-request', 1): CataloguePublishRequestV1,
     ('envelope', 1): EnvelopeV1,
+    ('envelope', 2): EnvelopeV2,
     ('etsy-create-listing-request', 1): EtsyCreateListingRequestV1,
     ('etsy-listing-limits', 1): EtsyListingLimitsV1,
     ('etsy-shop-listing', 1): EtsyShopListingV1,
@@ -86,6 +88,7 @@ __all__ = [
     "CatalogueEntryV1",
     "CataloguePublishRequestV1",
     "EnvelopeV1",
+    "EnvelopeV2",
     "EtsyCreateListingRequestV1",
     "EtsyListingLimitsV1",
     "EtsyShopListingV1",

@@ -1,13 +1,13 @@
 """Claim checks: a payload or result above the envelope's threshold travels as ``payloadRef``.
 
-``envelope@1`` carries either ``payload`` or ``payloadRef`` (``digest``, ``objectKey``,
-``sizeBytes``). :func:`check_in` stores the canonical JSON of a payload larger than
-:data:`THRESHOLD_BYTES` in the object store under its own digest — per tenant,
-``claims/<tenant>/sha256/<hh>/<hex>.json``, written only if absent — and returns the envelope
-with the reference in place of the payload; a smaller payload stays inline. :func:`check_out`
-does the reverse and verifies on read: the key must be the envelope tenant's and name the digest,
-and the bytes must have exactly the size and digest the reference states, else the terminal
-``corrupt-payload`` (a mismatch is never retried: the same bytes would fail again).
+The envelope (``envelope@2``, as ``envelope@1`` before it) carries either ``payload`` or
+``payloadRef`` (``digest``, ``objectKey``, ``sizeBytes``). :func:`check_in` stores the canonical
+JSON of a payload larger than :data:`THRESHOLD_BYTES` in the object store under its own digest — per
+tenant, ``claims/<tenant>/sha256/<hh>/<hex>.json``, written only if absent — and returns the
+envelope with the reference in place of the payload; a smaller payload stays inline.
+:func:`check_out` does the reverse and verifies on read: the key must be the envelope tenant's and
+name the digest, and the bytes must have exactly the size and digest the reference states, else the
+terminal ``corrupt-payload`` (a mismatch is never retried: the same bytes would fail again).
 :func:`check_in_result` / :func:`check_out_result` do the same for a stage's result, which then
 travels as ``{"payloadRef": {…}}``.
 """
@@ -32,7 +32,7 @@ from accord.objects.ports import (
 
 __all__ = ["THRESHOLD_BYTES", "check_in", "check_in_result", "check_out", "check_out_result"]
 
-THRESHOLD_BYTES = 256 * 1024  # a quarter of envelope@1's maxBytes (1 MiB): room for the rest
+THRESHOLD_BYTES = 256 * 1024  # a quarter of envelope@2's maxBytes (1 MiB): room for the rest
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 

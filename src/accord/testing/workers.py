@@ -7,7 +7,8 @@ acknowledge the job (in one step with the answer when the transport offers
 ``publish_and_ack``, as the embedded queue does). Outcomes ready at once leave as one message
 (:class:`~accord.worker.batching.OutcomeBatcher`), as the worker runtime's do. Outcome message
 ids are derived from the job's message id, so a redelivered job produces the same outcome ids
-(the transport, or else the engine, drops the copies).
+(the transport, or else the engine, drops the copies). A job's outcomes go to its ``replyTo``
+queue (envelope@2: the queue of the engine owning the run's shard), else to ``outcomes_queue``.
 
 ``task_slots`` bounds how many jobs run at once across all queues. ``observe`` is called with
 ``("start", envelope)`` as soon as a job is received (before ``accepted`` is published) and with
@@ -29,8 +30,9 @@ from accord.engine.runtime.intake import OUTCOMES_QUEUE
 from accord.engine.runtime.wire import encode_outcome, outcome_id
 from accord.errors import StageFailed
 from accord.worker.batching import OutcomeBatcher
+from accord.worker.wire import REPLY_TO
 
-__all__ = ["JobHandler", "outcome", "run_noop_worker"]
+__all__ = ["JobHandler", "outcome", "reply_to", "run_noop_worker"]
 
 log = logging.getLogger("accord.testing.workers")
 
@@ -53,6 +55,13 @@ def outcome(
         tenant=envelope.get(wire.TENANT, ""), payload=payload, **extra,
     )  # fmt: skip
     return message_id, body
+
+
+def reply_to(envelope: Mapping[str, Any]) -> str | None:
+    """The job's ``replyTo`` queue when it names a valid one (as the worker runtime reads it),
+    else ``None``: the outcome queue."""
+    queue = envelope.get("replyTo")
+    return queue if isinstance(queue, str) and REPLY_TO.fullmatch(queue) else None
 
 
 async def run_noop_worker(
@@ -80,9 +89,10 @@ async def run_noop_worker(
     async def serve(delivery: Delivery) -> None:
         try:
             envelope = json.loads(delivery.body)
+            answer_to = reply_to(envelope)
             if observe:  # the job is received: a hop ends here, before any answer goes out
                 observe("start", envelope)
-            await answers.publish(*outcome(envelope, "accepted", worker_id=worker_id))
+            await answers.publish(*outcome(envelope, "accepted", worker_id=worker_id), answer_to)
             try:
                 result = await handler(envelope)
                 answer = outcome(envelope, "succeeded", result)
@@ -90,9 +100,9 @@ async def run_noop_worker(
                 failure = {"code": exc.failure_code, "message": exc.reason}
                 answer = outcome(envelope, "failed", failure | {"retryable": exc.retryable})
             if settle is None:
-                await answers.publish(*answer)
+                await answers.publish(*answer, answer_to)
             else:
-                await settle(outcomes_queue, *answer, delivery)
+                await settle(answer_to or outcomes_queue, *answer, delivery)
             if observe:
                 observe("end", envelope)
             if settle is None:

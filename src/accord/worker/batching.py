@@ -15,6 +15,11 @@ them:
   (so a worker still publishes ``accepted`` and waits for it before its handler starts), and a
   publish that fails fails every outcome it carried, each caller getting the transport's error.
 
+Outcomes go to the queue each publish names (a job's ``replyTo``: the queue of the engine that
+owns the run's shard), else to the batcher's own queue. Each destination is batched apart: the
+group commit above holds per queue, and outcomes for different queues never share a message (a
+batch is read by whoever reads its queue, and every member must reach its own run's owner).
+
 The engine takes a batch's members one by one, exactly as if each had come alone
 (:mod:`accord.engine.runtime.intake`). A caller cancelled while its outcome waits drops it from the
 next batch; one already sent stays sent (outcomes are idempotent at the engine).
@@ -55,10 +60,19 @@ class _Group:
     started: bool = False  # its send began (a task cancelled before it runs never does)
 
 
+@dataclass(slots=True)
+class _Lane:
+    """The group commit of one destination queue."""
+
+    queue: str
+    waiting: deque[Member] = field(default_factory=deque)
+    busy: bool = False  # a message to this queue is in flight
+
+
 class OutcomeBatcher:
-    """Group commit of outcome publishes to one queue (see the module docstring); with
-    ``batch`` false (by default, on a transport where :func:`batching_pays` is false) every
-    outcome goes out alone at once."""
+    """Group commit of outcome publishes, per destination queue (``queue`` unless a publish
+    names another; see the module docstring); with ``batch`` false (by default, on a transport
+    where :func:`batching_pays` is false) every outcome goes out alone at once."""
 
     def __init__(
         self,
@@ -74,59 +88,72 @@ class OutcomeBatcher:
         self.transport, self.queue = transport, queue
         self.batch = batching_pays(transport) if batch is None else batch
         self.max_members, self.max_bytes = max_members, max_bytes
-        self._waiting: deque[Member] = deque()
-        self._busy = False  # a message is in flight
+        # one lane per destination with outcomes waiting or in flight; an idle lane is dropped,
+        # so replyTo queues seen once do not accumulate
+        self._lanes: dict[str, _Lane] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.messages = 0  # messages confirmed
         self.outcomes = 0  # outcomes they carried
 
-    async def publish(self, message_id: str, body: bytes) -> None:
-        """Send one outcome; returns once the message carrying it is confirmed."""
-        if self.batch and self._busy:  # wait for the send in flight, then go with the others
+    async def publish(self, message_id: str, body: bytes, queue: str | None = None) -> None:
+        """Send one outcome to ``queue`` (``None``: the batcher's own); returns once the message
+        carrying it is confirmed."""
+        target = queue or self.queue
+        if not self.batch:
+            await self.transport.publish(target, message_id, body)
+            self.messages += 1
+            self.outcomes += 1
+            return
+        lane = self._lanes.get(target)
+        if lane is not None and lane.busy:  # wait for its send in flight, then go together
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiting.append((message_id, body, waiter))
+            lane.waiting.append((message_id, body, waiter))
             await waiter
             return
-        self._busy = self.batch  # alone, now, in the caller's own task
+        if lane is None:
+            lane = self._lanes[target] = _Lane(target)
+        lane.busy = True  # alone, now, in the caller's own task
         try:
-            await self.transport.publish(self.queue, message_id, body)
+            await self.transport.publish(target, message_id, body)
             self.messages += 1
             self.outcomes += 1
         finally:
-            if self.batch:
-                self._next()
+            self._next(lane)
 
-    def _next(self) -> None:
-        """After a send: the outcomes that waited for it go next, as one message."""
-        group = self._take()
+    def _next(self, lane: _Lane) -> None:
+        """After a send to ``lane``'s queue: the outcomes that waited for it go next, as one
+        message; a lane with nothing left is dropped."""
+        group = self._take(lane)
         if not group.members:
-            self._busy = False
+            lane.busy = False
+            if not lane.waiting and self._lanes.get(lane.queue) is lane:
+                del self._lanes[lane.queue]
             return
-        task = asyncio.get_running_loop().create_task(self._send(group))
+        task = asyncio.get_running_loop().create_task(self._send(lane, group))
         self._tasks.add(task)
-        task.add_done_callback(functools.partial(self._ended, group))
+        task.add_done_callback(functools.partial(self._ended, lane, group))
 
-    def _ended(self, group: _Group, task: asyncio.Task[None]) -> None:
+    def _ended(self, lane: _Lane, group: _Group, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not group.started:  # cancelled before it ran: nobody sends these, nor what waits
             for _, _, waiter in group.members:
                 waiter.cancel()
-            self._next()
+            self._next(lane)
 
-    def _take(self) -> _Group:
+    def _take(self, lane: _Lane) -> _Group:
         group, size = _Group(), 0
-        while self._waiting and len(group.members) < self.max_members:
-            _, body, waiter = self._waiting[0]
+        while lane.waiting and len(group.members) < self.max_members:
+            _, body, waiter = lane.waiting[0]
             if waiter.done():  # its caller was cancelled: nobody waits for it
-                self._waiting.popleft()
+                lane.waiting.popleft()
                 continue
             if group.members and size + len(body) > self.max_bytes:
                 break
-            group.members.append(self._waiting.popleft())
+            group.members.append(lane.waiting.popleft())
             size += len(body)
         return group
 
-    async def _send(self, group: _Group) -> None:
+    async def _send(self, lane: _Lane, group: _Group) -> None:
         group.started = True
         members = group.members
         try:
@@ -134,7 +161,7 @@ class OutcomeBatcher:
                 message_id, body, _ = members[0]
             else:
                 message_id, body = encode_batch([(m, b) for m, b, _ in members])
-            await self.transport.publish(self.queue, message_id, body)
+            await self.transport.publish(lane.queue, message_id, body)
         except BaseException as exc:
             for _, _, waiter in members:
                 if waiter.done():
@@ -152,4 +179,4 @@ class OutcomeBatcher:
                 if not waiter.done():
                     waiter.set_result(None)
         finally:
-            self._next()
+            self._next(lane)

@@ -21,8 +21,11 @@ for the broker's confirm of the answer does not keep the next job from starting.
 up to twice ``slots`` jobs (running, answering, or waiting for a slot unaccepted), which is the
 prefetch it asks of the transport for each queue.
 
-Outcomes ready at the same moment leave as one batch message (:mod:`accord.worker.batching`);
-each publish still returns only once the message carrying it is confirmed.
+Every outcome of a job (accepted, heartbeats, progress, the final one, and a recorded one sent
+again) goes to the job's ``replyTo`` queue (:attr:`Job.reply_to`, the queue of the engine owning
+the run's shard), or to ``outcomes_queue`` when the job has none. Outcomes ready at the same
+moment for the same queue leave as one batch message (:mod:`accord.worker.batching`); each
+publish still returns only once the message carrying it is confirmed.
 
 Nothing wedges: every job held is answered, or returned to its queue, within a bounded time, and
 its slots are always given back. A broker that is briefly away when a job is accepted or answered
@@ -350,7 +353,7 @@ class Runtime:
     async def _accept(self, job: Job, delivery: Delivery) -> bool:
         """Publish ``accepted`` (bounded retries); False if it never was confirmed, and then the
         claim is released and the job returned to its queue: nobody ran it, nobody knows of it."""
-        if await self._deliver(*self._outcome(job, "accepted", worker_id=self.worker_id)):
+        if await self._deliver(job, *self._outcome(job, "accepted", worker_id=self.worker_id)):
             return True
         self.acceptance.release(job.run_id, job.stage, job.attempt, job.fence)
         await self._return(delivery)
@@ -360,9 +363,9 @@ class Runtime:
         """A redelivery of an accepted job: re-announce it and republish its recorded outcome,
         then ack — or, if the broker does not confirm them in time, return it for another try."""
         self.stats["reannounced"] += 1
-        done = await self._deliver(*self._outcome(job, "accepted", worker_id=self.worker_id))
+        done = await self._deliver(job, *self._outcome(job, "accepted", worker_id=self.worker_id))
         if done and final is not None:
-            done = await self._deliver(outcome_message_id(final), final)
+            done = await self._deliver(job, outcome_message_id(final), final)
         if done:
             await self._ack(delivery)
         else:
@@ -379,9 +382,10 @@ class Runtime:
 
         def emit(percent: float, message: str) -> None:
             coro = self._publish(
+                job,
                 *self._outcome(
                     job, "progress", {"percent": percent, "message": message}, seq=next(seq)
-                )
+                ),
             )
             if threading.get_ident() == owner:
                 pending.append(asyncio.ensure_future(coro))
@@ -463,7 +467,9 @@ class Runtime:
         while True:
             n += 1
             try:
-                await self._publish(*self._outcome(job, "heartbeat", {"at": time.time()}, seq=n))
+                await self._publish(
+                    job, *self._outcome(job, "heartbeat", {"at": time.time()}, seq=n)
+                )
             except Exception as exc:  # the broker away: the next beat tries again
                 log.warning("heartbeat of job %s not sent: %s", job.message_id, exc)
             await asyncio.sleep(self._heartbeat_ms / 1000)
@@ -473,7 +479,7 @@ class Runtime:
         confirmed the job is returned, and its redelivery republishes it from the record."""
         message_id, body = answer
         self.acceptance.finish(job.run_id, job.stage, job.attempt, job.fence, body)
-        if await self._deliver(message_id, body):
+        if await self._deliver(job, message_id, body):
             await self._ack(delivery)
             return True
         await self._return(delivery)
@@ -483,10 +489,11 @@ class Runtime:
         """An outcome answering ``job``, this worker named as its producer."""
         return outcome(job, kind, *args, producer=self.worker_id, **kwargs)
 
-    async def _publish(self, message_id: str, body: bytes) -> None:
-        await self.outcomes.publish(message_id, body)
+    async def _publish(self, job: Job, message_id: str, body: bytes) -> None:
+        """Send an outcome of ``job`` to its ``replyTo`` queue, else to the outcome queue."""
+        await self.outcomes.publish(message_id, body, job.reply_to)
 
-    async def _deliver(self, message_id: str, body: bytes) -> bool:
+    async def _deliver(self, job: Job, message_id: str, body: bytes) -> bool:
         """Publish, trying again with backoff for up to ``answer_s``; whether it was confirmed.
         Each try is bounded by the time left, so a publish that hangs cannot hold the job."""
         loop = asyncio.get_running_loop()
@@ -494,7 +501,7 @@ class Runtime:
         while True:
             try:
                 async with asyncio.timeout_at(deadline):  # no task of its own per publish
-                    await self._publish(message_id, body)
+                    await self._publish(job, message_id, body)
                 return True
             except Exception as exc:  # TimeoutError included: the time is up
                 left = deadline - loop.time()

@@ -7,7 +7,7 @@ A job is read in a fixed order, each step refusing rather than repairing:
 1. size: bodies above the envelope contract's byte limit are refused before decoding;
 2. identity: ``runId``, ``stage``, ``attempt`` and ``fence`` must be present and typed — without
    them no outcome can name the attempt, so the job is *poison* (quarantined, never answered);
-3. envelope contract (``envelope@1``) and then the capability's request contract, which the
+3. envelope contract (``envelope@2``) and then the capability's request contract, which the
    job's ``messageType@contractVersion`` must name, defaults applied only where a field is
    missing. A failure here is answered as a terminal ``invalid-request``.
    Sealed fields (:mod:`accord.contracts.sealing`) are opened first, with the worker's keyring,
@@ -15,6 +15,9 @@ A job is read in a fixed order, each step refusing rather than repairing:
    fields its contract marks sensitive sealed again (:func:`check_result`), and every outcome
    answering the job is scrubbed of the values that arrived sealed (an error message quoting
    one says ``***``).
+
+Every outcome of a job goes to its ``replyTo`` queue (:attr:`Job.reply_to`: the queue of the
+engine that owns the run's shard), or to the platform's outcome queue when it has none.
 
 Outcome ids derive from the job's message id, so a redelivered job yields the same ids and the
 transport drops the copies; heartbeats and progress carry a sequence number. Capabilities are
@@ -71,6 +74,12 @@ __all__ = [
 Announcer = Callable[[str, Sequence[str], int], Awaitable[None]]  # (worker id, caps, ttl ms)
 
 
+ENVELOPE = "envelope@2"  # the current envelope: every envelope@1 job is a valid envelope@2 job
+# envelope@2's pattern for replyTo: a job whose replyTo breaks it is refused as invalid-envelope,
+# and answered on the shared outcome queue (a queue name that breaks the contract is not used)
+REPLY_TO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+
+
 class Poison(ValueError):
     """The delivery cannot be answered at all; ``str()`` is the quarantine reason."""
 
@@ -82,6 +91,8 @@ class Job:
     stage: str
     attempt: int
     fence: str
+    # the queue this job's outcomes go to (envelope@2 replyTo); None: the worker's outcome queue
+    reply_to: str | None = None
     # the values that arrived sealed, as a pattern: every outcome answering the job is scrubbed
     # of them, so a handler's error message cannot carry one back in clear
     opened: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
@@ -121,7 +132,7 @@ def read_job(
     (:func:`accord.objects.claims.check_out`): a mismatch is ``corrupt-payload``, a key that is
     not the tenant's claim ``storage-ref-denied``, both terminal; with no ``claims`` store it is
     ``payload-ref-unsupported``. Blocking object I/O: call this off the event loop then."""
-    envelope_contract = catalog.message("envelope@1") if catalog else None
+    envelope_contract = catalog.message(ENVELOPE) if catalog else None
     limit = (envelope_contract.max_bytes if envelope_contract else None) or DEFAULT_MAX_BYTES
     if len(body) > limit:
         raise Poison(f"job of {len(body)} bytes exceeds the envelope limit of {limit}")
@@ -209,7 +220,10 @@ def _identity(doc: Mapping[str, Any]) -> Job:
         raise Poison("job envelope has no integer attempt")
     if not isinstance(fence, str | int) or isinstance(fence, bool):
         raise Poison("job envelope has no fence")
-    return Job(dict(doc), run_id, stage, attempt, str(fence))
+    reply_to = doc.get("replyTo")
+    if not isinstance(reply_to, str) or not REPLY_TO.fullmatch(reply_to):
+        reply_to = None
+    return Job(dict(doc), run_id, stage, attempt, str(fence), reply_to)
 
 
 PROGRESS_NOTE_CHARS = 500  # progress@1's limit on a progress note

@@ -30,17 +30,22 @@ FIXTURES = ROOT / "schemas" / "fixtures"
 
 
 def _envelope_contract() -> MessageContract:
-    for contract in load_directory(ROOT / "schemas" / "contracts"):
-        if isinstance(contract, MessageContract) and contract.name == "envelope":
-            return contract
-    raise AssertionError("no envelope contract")
+    """The current envelope (the highest wire version): every earlier one is valid under it."""
+    found = [
+        c
+        for c in load_directory(ROOT / "schemas" / "contracts")
+        if isinstance(c, MessageContract) and c.name == "envelope"
+    ]
+    if not found:
+        raise AssertionError("no envelope contract")
+    return max(found, key=lambda c: c.wire_version)
 
 
 def _fixture(path: Path) -> Any:
     return json.loads(path.read_text("utf-8"))["message"]
 
 
-ENVELOPE_FIXTURES = sorted((FIXTURES / "envelope" / "1" / "valid").glob("*.json"))
+ENVELOPE_FIXTURES = sorted((FIXTURES / "envelope").glob("*/valid/*.json"))
 BASES = [_fixture(p) for p in ENVELOPE_FIXTURES]
 
 
@@ -48,7 +53,7 @@ def golden_envelopes() -> dict[str, dict[str, Any]]:
     """Every valid envelope fixture as it is, and every fixture message of every contract that
     is a JSON object (valid or not: the payload is opaque here) as the payload of an envelope
     of that messageType@contractVersion, the envelope fixtures taking turns as the frame."""
-    out = {f"envelope/1/valid/{p.name}": _fixture(p) for p in ENVELOPE_FIXTURES}
+    out = {p.relative_to(FIXTURES).as_posix(): _fixture(p) for p in ENVELOPE_FIXTURES}
     paths = sorted(FIXTURES.glob("*/*/*/*.json"))
     for i, path in enumerate(paths):
         message = _fixture(path)
@@ -74,7 +79,8 @@ def test_golden_set_covers_every_contract_and_the_envelope_fixtures() -> None:
 
 def test_extension_table_is_the_envelope_contract() -> None:
     """Every envelope field has exactly one carrier, typed and nullable as the contract says; a
-    field added to ``envelope@1`` fails here until the mapping carries it."""
+    field added to the envelope (``replyTo`` in ``envelope@2``) fails here until the mapping
+    carries it."""
     payload = _envelope_contract().payload
     core = {"messageId", "messageType", "contractVersion", "producer", "occurredAt", "payload"}
     carried = {x.field for x in ce.EXTENSIONS} | core | {"payloadRef"}
@@ -133,6 +139,30 @@ def test_round_trip_keeps_nulls_integers_and_timestamp_text() -> None:
     assert back == envelope
     assert back["causationId"] is None and back["branch"] is None
     assert type(back["attempt"]) is int and type(back["payloadRef"]["sizeBytes"]) is int
+
+
+def test_reply_to_round_trips_as_an_extension_attribute_both_ways() -> None:
+    """envelope@2's replyTo travels as ``accordreplyto`` in both modes and comes back as it was;
+    an envelope without it has no such attribute, and a non-string one is refused by name."""
+    envelope = {**FULL, "replyTo": "accord.outcomes.s3"}
+    attrs, _ = ce.to_cloudevent(envelope)
+    assert attrs["accordreplyto"] == "accord.outcomes.s3"
+    assert ce.from_cloudevent(*ce.to_cloudevent(envelope)) == envelope
+    assert ce.from_structured(json.loads(json.dumps(ce.to_structured(envelope)))) == envelope
+    binary = ce.to_binary(envelope)
+    assert binary.headers["ce-accordreplyto"] == "accord.outcomes.s3"
+    back = ce.from_binary(binary.headers, binary.body)
+    assert back == envelope and back["replyTo"] == "accord.outcomes.s3"
+    assert Validator.for_contract(_envelope_contract()).validate(back).ok
+    without = {k: v for k, v in envelope.items() if k != "replyTo"}
+    assert "accordreplyto" not in ce.to_cloudevent(without).attributes
+    assert "replyTo" not in ce.from_binary(*ce.to_binary(without))
+    with pytest.raises(ce.CloudEventError) as caught:
+        ce.to_cloudevent({**envelope, "replyTo": 3})
+    assert caught.value.name == "replyTo"
+    with pytest.raises(ce.CloudEventError) as caught:
+        ce.from_cloudevent({**attrs, "accordreplyto": 3}, envelope["payload"])
+    assert caught.value.name == "accordreplyto"
 
 
 def test_absent_and_null_differ() -> None:
@@ -453,6 +483,7 @@ AWKWARD = {
         "occurredAt": "2026-01-31t12:30:00.123456789+05:30",
         "deadline": "2026-12-31T23:59:60Z",
         "payloadRef": {"digest": "d", "objectKey": "k", "sizeBytes": 3 << 30},
+        "replyTo": "accord.outcomes.s3:x-1",
     },
     "no-payload": {k: v for k, v in FULL.items() if k not in {"payload", "stage"}},
 }

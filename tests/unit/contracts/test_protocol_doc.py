@@ -185,6 +185,6 @@ def test_the_protocol_document_is_fresh_against_the_repository_contracts() -> No
     assert not [d for d in diagnostics if d.severity == "error"]
     text = (REPO / "docs" / "protocol.md").read_text(encoding="utf-8")
     regions = [r.name for r in find_regions(text)]
-    assert {"envelope@1", "capabilities"} <= set(regions)
+    assert {"envelope@2", "capabilities"} <= set(regions)
     rendered = render_document(text, Catalog(contracts))
     assert rendered.stale == (), "run `accord contracts docs` to regenerate docs/protocol.md"

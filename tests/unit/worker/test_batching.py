@@ -242,3 +242,49 @@ async def test_a_batch_cancelled_cancels_its_callers(turns: int) -> None:
     await batcher.publish(*_outcome(9))  # the batcher is usable again
     assert _carried(t.sent) == [["job-9:accepted"]]
     await t.close()
+
+
+class Routed(Gated):
+    """The gated queue, also logging each publish's destination: ``entered`` as a publish
+    reaches the transport (before the gate), ``routed`` once it is sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered: list[str] = []
+        self.routed: list[tuple[str, bytes]] = []
+
+    async def publish(self, queue: str, message_id: str, body: bytes, delay_ms: int = 0) -> None:
+        self.entered.append(queue)
+        await super().publish(queue, message_id, body, delay_ms)
+        self.routed.append((queue, body))
+
+    def carried(self, queue: str) -> list[list[str]]:
+        return _carried([("", body) for q, body in self.routed if q == queue])
+
+
+async def test_outcomes_for_different_queues_never_share_a_batch() -> None:
+    """Each destination (a job's replyTo, else the batcher's queue) is its own group commit: an
+    outcome for another queue does not wait behind this queue's send, nor join its batch."""
+    t = Routed()
+    batcher = OutcomeBatcher(t, Q)
+    s1 = "accord.outcomes.s1"
+    t.gate.clear()
+    first = asyncio.create_task(batcher.publish(*_outcome(0)))
+    other = asyncio.create_task(batcher.publish(*_outcome(1), s1))
+    await _until(lambda: t.entered == [Q, s1])  # both in flight at once, neither behind the other
+    later = [asyncio.create_task(batcher.publish(*_outcome(i))) for i in (2, 3)]
+    later += [asyncio.create_task(batcher.publish(*_outcome(i), s1)) for i in (4, 5)]
+    later += [asyncio.create_task(batcher.publish(*_outcome(6), Q))]  # Q named: the same lane
+    await asyncio.sleep(0.01)
+    assert not any(task.done() for task in [first, other, *later])
+    t.gate.set()
+    await asyncio.gather(first, other, *later)
+    assert t.carried(Q) == [
+        ["job-0:accepted"],
+        ["job-2:accepted", "job-3:accepted", "job-6:accepted"],
+    ]
+    assert t.carried(s1) == [["job-1:accepted"], ["job-4:accepted", "job-5:accepted"]]
+    assert {q for q, _ in t.routed} == {Q, s1}
+    assert (batcher.messages, batcher.outcomes) == (4, 7)
+    assert batcher._lanes == {}  # idle destinations are not kept
+    await t.close()

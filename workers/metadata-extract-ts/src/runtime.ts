@@ -1,6 +1,8 @@
 /**
- * The job loop on Node BullMQ: one `Worker` on the capability's queue, outcomes onto
- * `accord.outcomes` through a BullMQ `Queue`, in the Python transport's job format.
+ * The job loop on Node BullMQ: one `Worker` on the capability's queue, outcomes through a BullMQ
+ * `Queue`, in the Python transport's job format, onto the job's `replyTo` queue (envelope@2: the
+ * queue of the engine owning the run's shard) or `accord.outcomes` for a job without one. Every
+ * outcome of a job goes there: accepted, heartbeats, the final one and a recorded one re-sent.
  *
  * Serving one job: decode the envelope (a job with no readable envelope cannot be answered, so
  * it is failed with `UnrecoverableError` into BullMQ's failed set, the transport's dead-letter
@@ -9,7 +11,7 @@
  * retryable}`); return, so BullMQ completes the job. Every outcome is built on the generated
  * bindings and checked by the generated validators before it is published (./wire): one they
  * refuse is never sent (a result that would break its contract becomes a terminal
- * `invalid-result`). An envelope that breaks `envelope@1`
+ * `invalid-result`). An envelope that breaks `envelope@2`
  * (`invalid-envelope`), names another request contract or carries a request that breaks
  * `metadata-extraction-request@1` (both `invalid-request`) is answered with a terminal `failed`
  * and never crashes the process.
@@ -33,7 +35,8 @@ import { CAPABILITY, extract, REQUEST } from "./extract";
 import { failurePayload, WorkFailure } from "./failure";
 import { StorageMap } from "./paths";
 import {
-  checkedOutcome, identityOf, InvalidOutcome, jobBody, jobData, jobIdFor, outcome, type JobIdentity, type Outcome,
+  checkedOutcome, identityOf, InvalidOutcome, jobBody, jobData, jobIdFor, outcome, replyQueue, type JobIdentity,
+  type Outcome,
 } from "./wire";
 
 import { Tracer } from "./tracing";
@@ -49,6 +52,8 @@ export interface Served {
 export class MetadataWorker {
   readonly redis: IORedis;
   private readonly outcomes: Queue;
+  /** A `Queue` per replyTo queue seen (one per shard owner), on the same connection. */
+  private readonly replyQueues = new Map<string, Queue>();
   private worker: Worker | undefined;
   private readonly storage: StorageMap;
   private readonly keyring: Keyring | undefined;
@@ -84,11 +89,34 @@ export class MetadataWorker {
     return `${this.config.transport.prefix}:accord-acceptance:${jobId}:${fence}`;
   }
 
-  /** Publishes one outcome; refuses (throws `InvalidOutcome`) one its contracts do not accept. */
-  async publish(out: Outcome): Promise<void> {
+  /**
+   * The BullMQ queue named `name`: the outcome queue, or one made for a replyTo queue. envelope@2
+   * admits `:` in a replyTo, which Node BullMQ refuses in a queue name: such a job is answered on
+   * the shared outcome queue, which the engines forward to the owner of the run's shard.
+   */
+  private queueFor(name: string): Queue {
+    if (name === this.config.outcomes) return this.outcomes;
+    if (name.includes(":")) {
+      this.log({ event: "reply-to-unusable", queue: name, reason: "Node BullMQ queue names cannot contain ':'" });
+      return this.outcomes;
+    }
+    let queue = this.replyQueues.get(name);
+    if (queue === undefined) {
+      queue = new Queue(name, { connection: this.redis, prefix: this.config.transport.prefix });
+      this.replyQueues.set(name, queue);
+    }
+    return queue;
+  }
+
+  /**
+   * Publishes one outcome to `job`'s `replyTo` queue, else to the outcome queue; refuses (throws
+   * `InvalidOutcome`) one its contracts do not accept.
+   */
+  async publish(out: Outcome, job: Pick<JobIdentity, "replyTo"> = {}): Promise<void> {
     checkedOutcome(out);
     const t = this.config.transport;
-    await this.outcomes.add("accord", jobData(out.messageId, out.body), {
+    const queue = this.queueFor(replyQueue(job, this.config.outcomes));
+    await queue.add("accord", jobData(out.messageId, out.body), {
       jobId: jobIdFor(out.messageId),
       attempts: t.maxDeliveries,
       backoff: { type: "accord-nack" },
@@ -122,8 +150,8 @@ export class MetadataWorker {
     const key = this.acceptanceKey(jobId, id.fence);
     const ttl = this.config.acceptanceTtlMs;
     const claimed = await this.redis.set(key, ACCEPTED, "PX", ttl, "NX");
-    if (claimed !== "OK") return this.redelivered(jobId, key, accepted);
-    await this.publish(accepted);
+    if (claimed !== "OK") return this.redelivered(jobId, key, accepted, id);
+    await this.publish(accepted, id);
     const env = envelope as Record<string, unknown>;
     const attributes = {
       "accord.run_id": id.runId, "accord.stage": id.stage, "accord.attempt": id.attempt,
@@ -132,19 +160,19 @@ export class MetadataWorker {
     const final = await this.tracer.span(`accord.execute ${id.stage}`, env.traceparent, attributes, () => this.work(id, env));
     // both idempotent, so they may overlap: whichever fails, the job is retried and the
     // redelivery finds the record (re-sends the outcome, or re-announces acceptance)
-    await Promise.all([this.redis.set(key, JSON.stringify(final), "PX", ttl), this.publish(final)]);
+    await Promise.all([this.redis.set(key, JSON.stringify(final), "PX", ttl), this.publish(final, id)]);
     this.served += 1;
     return { jobId, mode: "fresh" };
   }
 
-  private async redelivered(jobId: string, key: string, accepted: Outcome): Promise<Served> {
+  private async redelivered(jobId: string, key: string, accepted: Outcome, id: JobIdentity): Promise<Served> {
     const prior = await this.redis.get(key);
     if (prior !== null && prior !== ACCEPTED) {
-      await this.publish(JSON.parse(prior) as Outcome);
+      await this.publish(JSON.parse(prior) as Outcome, id); // the same envelope: the same replyTo
       this.log({ event: "resent", jobId });
       return { jobId, mode: "resent" };
     }
-    await this.publish(accepted);
+    await this.publish(accepted, id);
     this.log({ event: "reannounced", jobId });
     return { jobId, mode: "reannounced" };
   }
@@ -156,14 +184,15 @@ export class MetadataWorker {
       beats += 1;
       // a heartbeat that cannot be built or published is skipped, not fatal
       Promise.resolve()
-        .then(() => this.publish(outcome(id, "heartbeat", { at: Date.now() / 1000 }, beats)))
+        .then(() => this.publish(outcome(id, "heartbeat", { at: Date.now() / 1000 }, beats), id))
         .catch((error) => this.log({ event: "heartbeat-failed", message: String(error) }));
     }, this.config.heartbeatMs);
     try {
-      const checked = validate("envelope", 1, envelope);
+      // envelope@2: every envelope@1 job is valid under it, and it admits replyTo
+      const checked = validate("envelope", 2, envelope);
       if (!checked.ok) {
         const where = checked.errors.slice(0, 5).map((e) => `${e.path || "<root>"}: ${e.message}`).join("; ");
-        throw new WorkFailure("invalid-envelope", `job envelope breaks envelope@1: ${where}`);
+        throw new WorkFailure("invalid-envelope", `job envelope breaks envelope@2: ${where}`);
       }
       if (envelope.messageType !== REQUEST.name || envelope.contractVersion !== REQUEST.version) {
         const got = `${String(envelope.messageType)}@${String(envelope.contractVersion)}`;
@@ -203,6 +232,7 @@ export class MetadataWorker {
   async close(): Promise<void> {
     await this.worker?.close();
     await this.tracer.flush();
+    for (const queue of this.replyQueues.values()) await queue.close();
     await this.outcomes.close();
     this.redis.disconnect();
   }

@@ -14,6 +14,9 @@
  *   `<job message id>:<kind>` (plus `:<n>` for the n-th heartbeat or progress report), so a job
  *   served twice answers with the same ids and the transport drops the copy. Bodies are
  *   canonical JSON (sorted keys, no spaces), as Python's `canonical_json`.
+ * - **Where outcomes go**: every outcome of a job goes to the job's `replyTo` queue (envelope@2:
+ *   the queue of the engine that owns the run's shard), or to `accord.outcomes` (the worker's
+ *   `--outcomes`) when the job has none (`JobIdentity.replyTo`, `replyQueue`).
  */
 
 import {
@@ -23,6 +26,10 @@ import {
 } from "@accord/contracts";
 
 export const OUTCOMES_QUEUE = "accord.outcomes";
+
+/** envelope@2's pattern for `replyTo`. A job whose replyTo breaks it is answered (as
+ * `invalid-envelope`) on the shared outcome queue: a name that breaks the contract is not used. */
+export const REPLY_TO = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$/;
 
 export function jobIdFor(messageId: string): string {
   return "m-" + messageId.replace(/%/g, "%25").replace(/:/g, "%3A");
@@ -79,6 +86,13 @@ export interface JobIdentity {
   resultSchemaVersion: number;
   /** Who the outcomes name as their producer (`DEFAULT_PRODUCER` when unset). */
   producer?: string;
+  /** The queue every outcome of the job goes to (envelope@2 `replyTo`); unset: the outcome queue. */
+  replyTo?: string;
+}
+
+/** The queue the outcomes of `job` go to: its `replyTo`, else `outcomes` (the shared queue). */
+export function replyQueue(job: Pick<JobIdentity, "replyTo">, outcomes: string): string {
+  return job.replyTo ?? outcomes;
 }
 
 /** An outcome's producer when the worker names none. */
@@ -95,9 +109,11 @@ export function identityOf(envelope: unknown): JobIdentity | string {
   const tenant = typeof e.tenant === "string" ? e.tenant : "";
   const version = e.resultSchemaVersion;
   const resultSchemaVersion = typeof version === "number" && Number.isInteger(version) && version > 0 ? version : 1;
+  const replyTo = typeof e.replyTo === "string" && REPLY_TO.test(e.replyTo) ? e.replyTo : undefined;
   return {
     messageId: e.messageId as string, runId: e.runId as string, stage: e.stage as string,
     attempt: e.attempt, fence: e.fence as string, tenant, resultSchemaVersion,
+    ...(replyTo === undefined ? {} : { replyTo }),
   };
 }
 

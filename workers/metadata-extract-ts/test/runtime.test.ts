@@ -2,11 +2,11 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { test } from "node:test";
 
-import { Queue } from "bullmq";
+import { Queue, type Job } from "bullmq";
 
 import { parseConfig } from "../src/config";
 import { MetadataWorker } from "../src/runtime";
-import { identityOf, InvalidOutcome, jobIdFor, outcome, type JobIdentity } from "../src/wire";
+import { identityOf, InvalidOutcome, jobData, jobIdFor, outcome, type JobIdentity } from "../src/wire";
 
 // the real Redis of the test services (127.0.0.1:6379, db 15), on a key prefix of its own
 const PREFIX = `tsrt-${randomBytes(5).toString("hex")}`;
@@ -43,6 +43,44 @@ test("the worker publishes a valid outcome and refuses an invalid one before it 
   } finally {
     await outcomes.obliterate({ force: true });
     await outcomes.close();
+    await worker.close();
+  }
+});
+
+test("every outcome of a job goes to its replyTo queue, a job without one to the outcome queue", async () => {
+  const config = parseConfig(["--transport", URL, "--storage-root", "/nonexistent", "--worker-id", "ts-rt"], {});
+  const worker = new MetadataWorker(config);
+  const connection = { host: "127.0.0.1", port: 6379, db: 15 };
+  const names = [config.outcomes, "accord.outcomes.s1", "accord.outcomes.s2"];
+  const queues = names.map((name) => new Queue(name, { connection, prefix: PREFIX }));
+  const jobs = [
+    { ...JOB, messageId: "msg_reply_none", runId: "run-none" },
+    { ...JOB, messageId: "msg_reply_s1", runId: "run-s1", replyTo: "accord.outcomes.s1" },
+    { ...JOB, messageId: "msg_reply_s2", runId: "run-s2", replyTo: "accord.outcomes.s2" },
+  ];
+  const asJob = (envelope: Record<string, unknown>): Job =>
+    ({ id: jobIdFor(String(envelope.messageId)), data: jobData(String(envelope.messageId), JSON.stringify(envelope)) }) as unknown as Job;
+  const held = async (queue: Queue): Promise<string[]> =>
+    (await queue.getJobs(["waiting", "delayed", "active", "completed", "failed"])).map((j) => String(j.id)).sort();
+  try {
+    for (const envelope of jobs) assert.equal((await worker.serve(asJob(envelope))).mode, "fresh");
+    // each queue holds exactly its own job's accepted and final outcome
+    for (const [i, queue] of queues.entries()) {
+      const id = jobs[i]!.messageId;
+      assert.deepEqual(await held(queue), [jobIdFor(`${id}:accepted`), jobIdFor(`${id}:failed`)].sort(), names[i]);
+    }
+    // a redelivery re-sends the recorded outcome to the same replyTo queue, never elsewhere
+    await queues[1]!.remove(jobIdFor("msg_reply_s1:failed"));
+    assert.equal((await worker.serve(asJob(jobs[1]!))).mode, "resent");
+    assert.deepEqual(await held(queues[1]!), [jobIdFor("msg_reply_s1:accepted"), jobIdFor("msg_reply_s1:failed")].sort());
+    assert.equal((await held(queues[0]!)).length, 2);
+    assert.equal((await held(queues[2]!)).length, 2);
+  } finally {
+    for (const queue of queues) {
+      await queue.obliterate({ force: true });
+      await queue.close();
+    }
+    await worker.redis.del(...jobs.map((j) => worker.acceptanceKey(jobIdFor(j.messageId), j.fence)));
     await worker.close();
   }
 });

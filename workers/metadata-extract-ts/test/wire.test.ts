@@ -4,7 +4,7 @@ import { test } from "node:test";
 import { validate } from "@accord/contracts";
 
 import { failurePayload, WorkFailure } from "../src/failure";
-import { checkedOutcome, identityOf, InvalidOutcome, outcome, type JobIdentity } from "../src/wire";
+import { checkedOutcome, identityOf, InvalidOutcome, outcome, replyQueue, type JobIdentity } from "../src/wire";
 
 const JOB = {
   messageId: "run-1:extract:1", messageType: "metadata-extraction-request", contractVersion: 1,
@@ -111,4 +111,25 @@ test("an outcome body is checked again before it is published", () => {
   const renamed = { messageId: "another", body: good.body };
   assert.throws(() => checkedOutcome(renamed), refused("messageId"));
   assert.throws(() => checkedOutcome({ messageId: good.messageId, body: "{" }), InvalidOutcome);
+});
+
+test("a job's replyTo is where its outcomes go; a job without one, or with one envelope@2 refuses, uses the outcome queue", () => {
+  const routed = identityOf({ ...JOB, replyTo: "accord.outcomes.s3" }) as JobIdentity;
+  assert.equal(routed.replyTo, "accord.outcomes.s3");
+  assert.equal(replyQueue(routed, "accord.outcomes"), "accord.outcomes.s3");
+  assert.equal(replyQueue(identity(), "accord.outcomes"), "accord.outcomes");
+  assert.equal(identity().replyTo, undefined);
+  for (const bad of ["", "has space", ".dot-first", "x".repeat(201), 7]) {
+    const id = identityOf({ ...JOB, replyTo: bad }) as JobIdentity;
+    assert.equal(id.replyTo, undefined, String(bad));
+    assert.equal(replyQueue(id, "accord.outcomes"), "accord.outcomes");
+  }
+  // the contract agrees: a bad replyTo breaks envelope@2 at that field, a good one passes
+  const envelope = {
+    messageId: "m", messageType: "a", contractVersion: 1, correlationId: "c", producer: "p", tenant: "acme",
+    occurredAt: "2026-01-31T12:30:00Z", payload: {},
+  };
+  assert.deepEqual(validate("envelope", 2, { ...envelope, replyTo: "accord.outcomes.s3" }).errors, []);
+  assert.deepEqual(validate("envelope", 2, { ...envelope, replyTo: "has space" }).errors.map((e) => e.path), ["replyTo"]);
+  assert.deepEqual(validate("envelope", 1, { ...envelope, replyTo: "accord.outcomes.s3" }).errors.map((e) => e.path), ["replyTo"]);
 });

@@ -551,6 +551,163 @@ export const CONTRACTS: Record<string, ContractEntry> = {
     "tolerates": [],
     "version": 1
   },
+  "envelope@2": {
+    "maxBytes": 1048576,
+    "name": "envelope",
+    "schema": {
+      "$id": "urn:accord:contract:envelope:2",
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "Transport envelope shared by every job, outcome and event.",
+      "properties": {
+        "attempt": {
+          "minimum": 1,
+          "type": "integer"
+        },
+        "branch": {
+          "description": "Fork branch entry stage, null outside a fork.",
+          "maxLength": 128,
+          "type": [
+            "string",
+            "null"
+          ]
+        },
+        "causationId": {
+          "description": "Id of the message that caused this one; null for a root message.",
+          "maxLength": 128,
+          "type": [
+            "string",
+            "null"
+          ]
+        },
+        "contractVersion": {
+          "description": "Wire version of the payload contract.",
+          "minimum": 1,
+          "type": "integer"
+        },
+        "correlationId": {
+          "maxLength": 128,
+          "minLength": 1,
+          "type": "string"
+        },
+        "deadline": {
+          "format": "date-time",
+          "type": "string"
+        },
+        "definitionDigest": {
+          "pattern": "^sha256:[0-9a-f]{64}$",
+          "type": "string"
+        },
+        "fence": {
+          "description": "Unguessable attempt fence, compared exactly and never ordered.",
+          "pattern": "^[0-9a-f]{16,64}$",
+          "type": "string"
+        },
+        "idempotencyKey": {
+          "maxLength": 256,
+          "type": "string"
+        },
+        "messageId": {
+          "description": "Deterministic message id.",
+          "maxLength": 128,
+          "minLength": 1,
+          "type": "string"
+        },
+        "messageType": {
+          "description": "Semantic identity of the payload contract.",
+          "pattern": "^[a-z][a-z0-9-]*$",
+          "type": "string"
+        },
+        "occurredAt": {
+          "format": "date-time",
+          "type": "string"
+        },
+        "payload": {
+          "description": "The domain payload, validated against messageType@contractVersion; absent only when payloadRef is present.",
+          "type": "object"
+        },
+        "payloadRef": {
+          "additionalProperties": false,
+          "description": "Claim check for a payload above the size threshold, stored in the object store by digest.",
+          "properties": {
+            "digest": {
+              "pattern": "^sha256:[0-9a-f]{64}$",
+              "type": "string"
+            },
+            "objectKey": {
+              "format": "object-key",
+              "type": "string"
+            },
+            "sizeBytes": {
+              "minimum": 0,
+              "type": "integer",
+              "x-accord-unit": "bytes"
+            }
+          },
+          "required": [
+            "digest",
+            "objectKey",
+            "sizeBytes"
+          ],
+          "type": "object"
+        },
+        "producer": {
+          "maxLength": 128,
+          "minLength": 1,
+          "type": "string"
+        },
+        "replyTo": {
+          "description": "Queue the outcomes of this job go to (the owner of the run's shard); absent: the platform's outcome queue.",
+          "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$",
+          "type": "string"
+        },
+        "resultSchemaVersion": {
+          "minimum": 1,
+          "type": "integer"
+        },
+        "runId": {
+          "maxLength": 128,
+          "type": "string"
+        },
+        "stage": {
+          "maxLength": 128,
+          "type": "string"
+        },
+        "tenant": {
+          "pattern": "^[A-Za-z0-9_-]{1,64}$",
+          "type": "string"
+        },
+        "traceparent": {
+          "pattern": "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+          "type": "string"
+        },
+        "workflow": {
+          "description": "Workflow name and version, e.g. model-ingest@2.3.0.",
+          "maxLength": 128,
+          "type": "string"
+        }
+      },
+      "required": [
+        "contractVersion",
+        "correlationId",
+        "messageId",
+        "messageType",
+        "occurredAt",
+        "producer",
+        "tenant"
+      ],
+      "title": "envelope@2",
+      "type": "object",
+      "x-accord-contract": {
+        "name": "envelope",
+        "owner": "platform",
+        "status": "active",
+        "wireVersion": 2
+      }
+    },
+    "tolerates": [],
+    "version": 2
+  },
   "etsy-create-listing-request@1": {
     "maxBytes": 1048576,
     "name": "etsy-create-listing-request",

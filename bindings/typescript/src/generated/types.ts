@@ -164,6 +164,70 @@ export interface EnvelopeV1 {
 }
 
 /**
+ * Transport envelope shared by every job, outcome and event.
+ */
+export interface EnvelopeV2 {
+  attempt?: number;
+  /**
+   * Fork branch entry stage, null outside a fork.
+   */
+  branch?: string | null;
+  /**
+   * Id of the message that caused this one; null for a root message.
+   */
+  causationId?: string | null;
+  /**
+   * Wire version of the payload contract.
+   */
+  contractVersion: number;
+  correlationId: string;
+  deadline?: string;
+  definitionDigest?: string;
+  /**
+   * Unguessable attempt fence, compared exactly and never ordered.
+   */
+  fence?: string;
+  idempotencyKey?: string;
+  /**
+   * Deterministic message id.
+   */
+  messageId: string;
+  /**
+   * Semantic identity of the payload contract.
+   */
+  messageType: string;
+  occurredAt: string;
+  /**
+   * The domain payload, validated against messageType@contractVersion; absent only when payloadRef is present.
+   */
+  payload?: {
+    [k: string]: unknown | undefined;
+  };
+  /**
+   * Claim check for a payload above the size threshold, stored in the object store by digest.
+   */
+  payloadRef?: {
+    digest: string;
+    objectKey: string;
+    sizeBytes: number;
+  };
+  producer: string;
+  /**
+   * Queue the outcomes of this job go to (the owner of the run's shard); absent: the platform's outcome queue.
+   */
+  replyTo?: string;
+  resultSchemaVersion?: number;
+  runId?: string;
+  stage?: string;
+  tenant: string;
+  traceparent?: string;
+  /**
+   * Workflow name and version, e.g. model-ingest@2.3.0.
+   */
+  workflow?: string;
+}
+
+/**
  * The body of Etsy's createListing operation (POST /v3/application/shops/{shop_id}/listings, application/x-www-form-urlencoded) for the fields Accord sends, derived from the openapi.json of github.com/etsy/open-api at revision 6d6b1aa18f3b024e31d99083735eec7f2bf6b678. Field names are Accord's lowerCamelCase; the connector maps each to Etsy's snake_case name (whoMade -> who_made). Structure only: title and tag lengths, tag count, allowed characters, taxonomy ids and price bounds are marketplace policy (marketplace-listing-limits), not this contract.
  */
 export interface EtsyCreateListingRequestV1 {

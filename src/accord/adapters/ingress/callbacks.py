@@ -6,7 +6,9 @@ timestamp (401), the body's size (413), that it is JSON (400) and an outcome the
 reader takes, declaring its contract (422), that its ``webhook-id`` is new (409); then it
 publishes the body unchanged on ``accord.outcomes`` through the
 :class:`~accord.engine.ports.Transport` port, under the outcome's ``messageId`` (a batch under
-``batch-`` + its digest), and answers 202.
+``batch-`` + its digest), and answers 202. Always that shared queue, even for a job that named
+a ``replyTo`` (envelope@2): an outcome does not carry its job's ``replyTo``, and the engines
+forward what reaches the shared queue to the owner of the run's shard.
 
 Nothing here decides about the run: the engine's intake applies the callback exactly as it
 applies an outcome from a queue. A validly signed outcome for an earlier attempt or a fenced one

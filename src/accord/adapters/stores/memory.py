@@ -5,6 +5,9 @@ does, so a caller can never mutate stored state through a returned object and a 
 JSON is refused the same way. A commit is validated in full before anything is touched, then
 applied without an ``await`` in between: it lands entirely or not at all. Leases use the same
 ``avail_at`` rule as the SQLite store (claimable when ``avail_at <= now``).
+
+Shards (:class:`~accord.engine.ports.Shards`): ``shard_count`` is given at construction (1 by
+default); engine beats and shard leases are dicts, on the store's clock.
 """
 
 from __future__ import annotations
@@ -12,14 +15,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from accord.adapters import _store_rules as rules
 from accord.adapters.clock import SystemClock
-from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
-from accord.errors import ConflictError, ImmutableArtefactError, StoreError
+from accord.engine.ports import (
+    Clock,
+    Commit,
+    OutboxEntry,
+    ShardLease,
+    StoredRun,
+    Timer,
+    shard_of,
+)
+from accord.errors import ConflictError, ImmutableArtefactError, OwnershipLost, StoreError
 
 __all__ = ["MemoryStore"]
 
@@ -47,8 +59,13 @@ class _Leased:
 class MemoryStore:
     """:class:`~accord.engine.ports.Store` in process memory (see the module docstring)."""
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, *, shards: int = 1) -> None:
+        if not 1 <= shards <= rules.MAX_SHARDS:
+            raise ValueError(f"shards must be from 1 to {rules.MAX_SHARDS}, not {shards}")
         self.clock: Clock = clock or SystemClock()
+        self._shard_count = shards
+        self._engines: dict[str, int] = {}  # engine id -> beat expiry
+        self._leases: dict[int, ShardLease] = {}
         self._lock = asyncio.Lock()
         self._runs: dict[str, _Run] = {}
         self._outbox: dict[str, _Leased] = {}
@@ -57,6 +74,15 @@ class MemoryStore:
         self._activations: dict[str, list[tuple[str, int]]] = {}
         self._capabilities: dict[str, tuple[tuple[str, ...], int]] = {}
         self._order = itertools.count()
+
+    @classmethod
+    def from_url(cls, url: str, clock: Clock | None = None) -> MemoryStore:
+        """``memory://`` or ``memory://?shards=N``."""
+        options = dict(parse_qsl(urlsplit(url).query, keep_blank_values=True))
+        unknown = sorted(set(options) - {"shards"})
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}; known: ['shards']")
+        return cls(clock, shards=rules.shard_count_option(options, 1))
 
     async def load(self, run_id: str) -> StoredRun | None:
         run = self._runs.get(run_id)
@@ -68,6 +94,11 @@ class MemoryStore:
         outbox, timers = encoded.outbox, encoded.timers
         cols, labels, updated_at = encoded.columns, encoded.labels, encoded.updated_at
         async with self._lock:
+            fence = commit.fence
+            if fence is not None:
+                held = self._leases.get(fence.shard)
+                if held is None or (held.owner, held.epoch) != (fence.owner, fence.epoch):
+                    raise OwnershipLost(fence.shard, fence.owner, fence.epoch)
             run = self._runs.get(commit.run_id)
             if commit.expected_version == 0 and run is not None:
                 raise ConflictError(f"run {commit.run_id!r} already exists (expected to create it)")
@@ -105,26 +136,48 @@ class MemoryStore:
         run = self._runs.get(run_id)
         return [] if run is None else [json.loads(h) for h in run.history]
 
-    @staticmethod
     def _claim(
-        rows: dict[str, _Leased], now: int, limit: int, owner: str, lease_ms: int
+        self,
+        rows: dict[str, _Leased],
+        now: int,
+        limit: int,
+        owner: str,
+        lease_ms: int,
+        *,
+        shards: Collection[int] | None,
     ) -> list[_Leased]:
+        count, wanted = self._shard_count, None if shards is None else set(shards)
         due = sorted(
-            (r for r in rows.values() if r.avail_at <= now), key=lambda r: (r.avail_at, r.order)
+            (
+                r
+                for r in rows.values()
+                if r.avail_at <= now and (wanted is None or shard_of(r.item[1], count) in wanted)
+            ),
+            key=lambda r: (r.avail_at, r.order),
         )
         for row in due[:limit]:
             row.avail_at, row.owner = now + lease_ms, owner
         return due[:limit]
 
-    async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
+    async def claim_timers(
+        self,
+        now_ms: int,
+        limit: int,
+        owner: str,
+        lease_ms: int,
+        shards: Collection[int] | None = None,
+    ) -> list[Timer]:
         async with self._lock:
-            claimed = self._claim(self._timers, now_ms, limit, owner, lease_ms)
+            claimed = self._claim(self._timers, now_ms, limit, owner, lease_ms, shards=shards)
         timers = [Timer(i[0], i[1], i[2], json.loads(i[3])) for i in (r.item for r in claimed)]
         return sorted(timers, key=lambda t: (t.due_at_ms, t.timer_id))
 
-    async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, limit: int, owner: str, lease_ms: int, shards: Collection[int] | None = None
+    ) -> list[OutboxEntry]:
         async with self._lock:
-            claimed = self._claim(self._outbox, self.clock.now_ms(), limit, owner, lease_ms)
+            now = self.clock.now_ms()
+            claimed = self._claim(self._outbox, now, limit, owner, lease_ms, shards=shards)
         claimed.sort(key=lambda r: r.order)
         return [
             OutboxEntry(i[0], i[1], i[2], json.loads(i[3]), i[4]) for i in (r.item for r in claimed)
@@ -202,6 +255,43 @@ class MemoryStore:
                 for capability in caps:
                     live.setdefault(capability, []).append(worker_id)
         return dict(sorted(live.items()))
+
+    # -- shards (accord.engine.ports.Shards) ------------------------------------------------
+
+    @property
+    def shard_count(self) -> int:
+        return self._shard_count
+
+    async def beat(self, engine: str, ttl_ms: int) -> list[str]:
+        now = self.clock.now_ms()
+        self._engines[engine] = now + ttl_ms
+        return sorted(e for e, until in self._engines.items() if until > now)
+
+    async def leave(self, engine: str) -> None:
+        self._engines.pop(engine, None)
+        await self.release_shards(engine, list(self._leases))
+
+    async def hold_shards(self, engine: str, shards: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        now, held = self.clock.now_ms(), {}
+        for shard in rules.check_shards(shards, self._shard_count):
+            lease = self._leases.get(shard)
+            if lease is not None and lease.expires_at_ms > now and lease.owner != engine:
+                continue
+            mine = lease is not None and lease.owner == engine and lease.expires_at_ms > now
+            epoch = lease.epoch if mine and lease else (lease.epoch + 1 if lease else 1)
+            self._leases[shard] = ShardLease(shard, engine, epoch, now + ttl_ms)
+            held[shard] = epoch
+        return held
+
+    async def release_shards(self, engine: str, shards: Sequence[int]) -> None:
+        now = self.clock.now_ms()
+        for shard in shards:
+            lease = self._leases.get(shard)
+            if lease is not None and lease.owner == engine and lease.expires_at_ms > now:
+                self._leases[shard] = ShardLease(shard, engine, lease.epoch, now)
+
+    async def shard_leases(self) -> list[ShardLease]:
+        return [self._leases[s] for s in sorted(self._leases)]
 
     async def close(self) -> None:
         return None

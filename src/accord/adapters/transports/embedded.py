@@ -95,8 +95,9 @@ class EmbeddedTransport(QueueTransport):
         cls, url: str, clock: Clock | None = None, delivery_limits: Mapping[str, int] | None = None
     ) -> EmbeddedTransport:
         """Open on the file of a ``sqlite:///`` URL, with the queue options of its query."""
+        # ``shards`` is the store's (one URL opens both): accepted, and no concern of the queue
         path, opts = parse_sqlite_url(
-            url, {"synchronous", "busy_timeout_ms", *_store_rules.SHARED_OPTS}
+            url, {"synchronous", "busy_timeout_ms", "shards", *_store_rules.SHARED_OPTS}
         )
         db = Database(
             path,

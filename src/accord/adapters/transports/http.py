@@ -6,16 +6,17 @@ remote-worker configuration names (:mod:`accord.adapters.ingress.remote`) become
 Webhooks headers, ``webhook-id`` = ``<job id>.<unix ms>``) and carrying ``Accord-Job-Id``;
 everything else (other queues, consuming, acks, dead letters) goes to the inner transport.
 
-**Delivery and acceptance** (architecture.md §4). A ``2xx`` answer whose JSON body has a
-non-empty ``acceptanceId`` is the remote's acceptance: the adapter publishes the attempt's
-``accepted`` outcome (``outcome@1``, id ``<job messageId>:accepted``, ``workerId``
-``<remote worker id or host>/<acceptance id>``) on ``accord.outcomes`` through the inner
-transport, and the publish returns. Anything else (a refused address, a connection or TLS
-failure, a timeout, a redirect, another status, a body over the size limit or without an
-acceptance id, the ``accepted`` not confirmed) raises :class:`~accord.errors.TransportError`:
-the job's outbox entry stays, and the dispatcher's sweep delivers it again (same job id, so the
-remote answers a repeat with its first acceptance). After acceptance the engine's deadlines own
-the attempt: the worker answers at ``POST /v1/callbacks``.
+**Delivery and acceptance** (architecture.md §4). A ``2xx`` answer whose JSON body has a non-empty
+``acceptanceId`` is the remote's acceptance: the adapter publishes the attempt's ``accepted``
+outcome (``outcome@1``, id ``<job messageId>:accepted``, ``workerId`` ``<remote worker id or
+host>/<acceptance id>``) through the inner transport, on the job's ``replyTo`` queue (envelope@2:
+the queue of the engine owning the run's shard) or, for a job without one, on ``accord.outcomes``,
+and the publish returns. Anything else (a refused address, a connection or TLS failure, a timeout, a
+redirect, another status, a body over the size limit or without an acceptance id, the ``accepted``
+not confirmed) raises :class:`~accord.errors.TransportError`: the job's outbox entry stays, and the
+dispatcher's sweep delivers it again (same job id, so the remote answers a repeat with its first
+acceptance). After acceptance the engine's deadlines own the attempt: the worker answers at ``POST
+/v1/callbacks``.
 
 **Address rules (SSRF).** Before each request the URL's host is checked against the remote's
 ``allow`` list (names, ``*.suffix`` wildcards, CIDRs) and resolved; *every* address it resolves
@@ -350,7 +351,10 @@ class HttpDispatchTransport:
             worker_id=worker_id[:512],
             causation_id=job_message_id,
         )
-        await self.inner.publish(self._outcomes, message_id, outcome)
+        # the engine built this envelope itself: its replyTo is the queue of the run's owner
+        reply_to = envelope.get("replyTo")
+        queue = reply_to if isinstance(reply_to, str) and reply_to else self._outcomes
+        await self.inner.publish(queue, message_id, outcome)
 
     async def _cancel(self, remote: Remote, message_id: str, body: bytes) -> None:
         if remote.cancel_url is None:

@@ -366,7 +366,7 @@ class _PostgresJoint:
         # compare-and-set with that same number (history and record would part ways)
         del durable
         async with self.store.db.connection("commit") as conn, conn.transaction():
-            version = await commit_on(conn, commit, now)
+            version = await commit_on(conn, commit, now, self.store.shard_count)
             if acked:
                 sql = _ACKS_KEEP if q.options.dedup_ms else _ACKS_DROP
                 cols = [[d.queue for d in acked], [d.message_id for d in acked],

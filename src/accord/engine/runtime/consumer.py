@@ -9,6 +9,11 @@ redelivery. :meth:`QueueConsumer.wait_idle` returns once nothing taken is still 
 how a graceful stop (:meth:`QueueConsumer.stop`) lets the deliveries in hand finish. A delivery
 a consumer cannot take is quarantined with its reason (:meth:`QueueConsumer.quarantine`), never
 dropped.
+
+**Lanes.** Besides its own queue, a consumer can take further queues (:meth:`open_lane`), each
+consumed by a task of its own into the same :meth:`process`, counters and quarantine records;
+:meth:`close_lane` stops taking a lane's deliveries and returns once those in hand are done.
+The engine's outcome intake has a lane per shard it owns (:mod:`.shards`).
 """
 
 from __future__ import annotations
@@ -23,12 +28,18 @@ from accord.contracts.model import MessageContract
 from accord.engine.ports import Delivery, Transport
 from accord.engine.runtime.holding import Hold
 from accord.engine.runtime.wire import quarantine_message, quarantine_queue, quarantine_record
+from accord.errors import OwnershipLost
 
-__all__ = ["QueueConsumer"]
+__all__ = ["GiveBack", "QueueConsumer"]
 
 log = logging.getLogger("accord.engine.runtime.consumer")
 
 NACK_DELAY_MS = 100  # a delivery that failed comes back after this long
+
+
+class GiveBack(Exception):
+    """A delivery this process must not take (its run's shard has another owner now): given
+    back unacknowledged, for the consumer that should take it."""
 
 
 class QueueConsumer:
@@ -47,6 +58,8 @@ class QueueConsumer:
         self.quarantined: list[dict[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
         self._stop = False
+        # queue -> (consuming task, stop flag, deliveries in hand, idle event)
+        self._lanes: dict[str, tuple[asyncio.Task[None], list[bool], list[int], asyncio.Event]] = {}
 
     async def process(self, delivery: Delivery) -> Any:
         raise NotImplementedError
@@ -70,6 +83,72 @@ class QueueConsumer:
         await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
 
+    @property
+    def lanes(self) -> list[str]:
+        return sorted(self._lanes)
+
+    def open_lane(self, queue: str) -> None:
+        """Consume ``queue`` too, in a task of its own, until :meth:`close_lane`."""
+        if queue in self._lanes:
+            return
+        flag, busy, idle = [False], [0], asyncio.Event()
+        idle.set()
+        task = asyncio.get_running_loop().create_task(self._lane(queue, flag, busy, idle))
+        self._lanes[queue] = (task, flag, busy, idle)
+
+    async def close_lane(self, queue: str) -> None:
+        """Take nothing more from ``queue``; return once its deliveries in hand are done."""
+        lane = self._lanes.pop(queue, None)
+        if lane is None:
+            return
+        task, flag, _, idle = lane
+        flag[0] = True
+        await idle.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def close_lanes(self) -> None:
+        await asyncio.gather(*(self.close_lane(q) for q in list(self._lanes)))
+
+    async def _lane(
+        self, queue: str, flag: list[bool], busy: list[int], idle: asyncio.Event
+    ) -> None:
+        slots = asyncio.Semaphore(self.prefetch)
+        spawn = asyncio.get_running_loop().create_task
+        while not flag[0]:
+            stream = self._transport.consume(queue, self.prefetch)
+            try:
+                async for delivery in stream:
+                    if flag[0]:  # closing: give it straight back for the next reader
+                        await self._transport.nack(delivery, 0)
+                        return
+                    await slots.acquire()
+                    busy[0] += 1
+                    idle.clear()
+                    self._busy += 1  # _guarded counts it off, so wait_idle waits for lanes too
+                    self._idle.clear()
+                    spawn(self._in_lane(delivery, slots, busy, idle))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the broker away: consume again after a pause
+                log.exception("consuming %s failed; trying again", queue)
+                await asyncio.sleep(NACK_DELAY_MS / 1000)
+            finally:  # deliveries claimed but never handed out go straight back
+                closing = getattr(stream, "aclose", None)
+                if closing is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(closing())
+
+    async def _in_lane(
+        self, delivery: Delivery, slots: asyncio.Semaphore, busy: list[int], idle: asyncio.Event
+    ) -> None:
+        try:
+            await self._guarded(delivery, slots)
+        finally:
+            busy[0] -= 1
+            if busy[0] == 0:
+                idle.set()
+
     async def quarantine(self, delivery: Delivery, reason: str) -> None:
         """Keep ``delivery`` on ``<queue>.quarantine`` with ``reason`` (the fields
         :attr:`contracts` mark sensitive masked), then acknowledge it."""
@@ -88,18 +167,29 @@ class QueueConsumer:
         limit = prefetch or self.prefetch
         slots = asyncio.Semaphore(limit)
         spawn = asyncio.get_running_loop().create_task
-        async for delivery in self._transport.consume(self.queue, limit):
-            await slots.acquire()
-            self._busy += 1
-            self._idle.clear()
-            spawn(self._guarded(delivery, slots))
-            if stop():
-                break
+        stream = self._transport.consume(self.queue, limit)
+        try:
+            async for delivery in stream:
+                await slots.acquire()
+                self._busy += 1
+                self._idle.clear()
+                spawn(self._guarded(delivery, slots))
+                if stop():
+                    break
+        finally:  # deliveries claimed but never handed out go straight back
+            closing = getattr(stream, "aclose", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(closing())
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         what = f"{self.what} %s"
         try:
             await self._hold.run(lambda: self.process(delivery), what, delivery.message_id)
+        except (OwnershipLost, GiveBack) as exc:  # the shard's new owner takes it from its queue
+            log.info(f"{what} given back: %s", delivery.message_id, exc)
+            with contextlib.suppress(Exception):
+                await self._transport.nack(delivery, NACK_DELAY_MS)
         except Exception:  # not acknowledged: the transport redelivers it
             log.exception(f"{what} not processed", delivery.message_id)
             with contextlib.suppress(Exception):

@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from accord.canonical import canonical_json
@@ -116,6 +116,8 @@ class Dispatcher:
         self._withdraw = transport if isinstance(transport, Withdraw) else None
         self._crash_hits = 0
         self.claims: ObjectStore | None = None  # where large job payloads are checked in
+        # the shards whose stranded entries this engine sweeps (None: every shard's)
+        self.shards: Callable[[], list[int] | None] = lambda: None
         self.claim_threshold = THRESHOLD_BYTES
 
     async def dispatch(self, entries: Sequence[OutboxEntry], *, inline: int = 0) -> None:
@@ -198,7 +200,10 @@ class Dispatcher:
         # a lease no longer than the grace: a young entry skipped now is claimable again as soon
         # as it is old enough to count as stranded
         lease = min(self._lease_ms, max(self.grace_ms, 1)) if self.grace_ms else self._lease_ms
-        claimed = await self._store.claim_outbox(limit, self._owner, lease)
+        shards = self.shards()
+        if shards is not None and not shards:
+            return 0  # owns nothing: the owners sweep their shards
+        claimed = await self._store.claim_outbox(limit, self._owner, lease, shards=shards)
         horizon = self._clock.now_ms() - self.grace_ms
         busy = self.actions.in_flight() if self.actions else set()
         handed = 0

@@ -69,7 +69,7 @@ from typing import Any
 
 from accord.engine.machine.events import Event, StageFailed, StageSucceeded
 from accord.engine.ports import Delivery, Transport
-from accord.engine.runtime.consumer import QueueConsumer
+from accord.engine.runtime.consumer import GiveBack, QueueConsumer
 from accord.engine.runtime.holding import Hold
 from accord.engine.runtime.wire import (
     BATCH_TYPE,
@@ -143,6 +143,9 @@ class Intake(QueueConsumer):
         super().__init__(transport, queue, hold)
         self._deliver = deliver
         self.processed = 0
+        self.forwarded = 0  # outcomes passed on to their shard's owner (see route)
+        # run id -> the queue of the engine that owns its shard, or None: taken here
+        self.route: Callable[[str], str | None] | None = None
         # where claim-checked results are read back: the engine's claim store (Engine(claims=…))
         self.claims: ObjectStore | None = None
 
@@ -183,6 +186,8 @@ class Intake(QueueConsumer):
         except MalformedOutcome as exc:
             await self._quarantine(delivery, str(exc))
             return [None]
+        if self.route is not None and await self._forwarded(delivery, batch, members):
+            return []
         if batch:
             # each member starts in order, so a run's members reach the engine in order
             events = await asyncio.gather(
@@ -205,6 +210,44 @@ class Intake(QueueConsumer):
             await self._transport.ack(delivery)
         self.processed += 1
         return [event]
+
+    async def _forwarded(
+        self, delivery: Delivery, batch: bool, members: list[tuple[Any, Event | MalformedOutcome]]
+    ) -> bool:
+        """Pass what belongs to another shard owner on to its queue (same message id, so a
+        forward made twice is one message where the broker deduplicates, a duplicate refused by
+        the owner where it does not); True when nothing is left to take here. A batch's members
+        are forwarded one by one, as single outcomes; the rest of the batch is taken here. What
+        names this very queue is given back (:class:`GiveBack`): its owner changed, and the
+        broker hands it to the consumer that reads the queue now."""
+        route = self.route
+        assert route is not None
+        targets = [
+            None if isinstance(got, MalformedOutcome) else route(got.run_id) for _, got in members
+        ]
+        if all(t is None for t in targets):
+            return False
+        if any(t == delivery.queue for t in targets):
+            raise GiveBack(f"an outcome on {delivery.queue} whose shard this engine gave up")
+        if not batch:
+            target = targets[0]
+            assert target is not None
+            await self._transport.publish(target, delivery.message_id, delivery.body)
+            await self._transport.ack(delivery)
+            self.forwarded += 1
+            return True
+        kept: list[tuple[Any, Event | MalformedOutcome]] = []
+        for (doc, got), target in zip(members, targets, strict=True):
+            if target is None:
+                kept.append((doc, got))
+                continue
+            await self._transport.publish(target, str(doc[MESSAGE_ID]), _text(doc))
+            self.forwarded += 1
+        members[:] = kept  # what stays, in order
+        if not members:
+            await self._transport.ack(delivery)
+            return True
+        return False
 
     async def _member(
         self, delivery: Delivery, index: int, doc: Any, got: Event | MalformedOutcome

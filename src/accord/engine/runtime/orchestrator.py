@@ -22,6 +22,15 @@ a time, and only the member that cannot be stored is refused (intake quarantines
 callbacks are recorded at most :data:`REFUSALS_RECORDED` times per attempt (:class:`RefusalBook`).
 :meth:`start_run` refuses an unsafe tenant and a context its plan's contract rejects.
 
+**Shards.** The engine owns the shards :class:`~accord.engine.runtime.shards.ShardKeeper` holds
+leases of: it reads their outcome queues (jobs name them as ``replyTo``), claims their timers
+and stranded outbox entries, reconciles their runs, and commits their runs under the lease's
+fence. A run whose shard it does not own is still committed when an event for it reaches this
+engine directly (a run request's start, an operator's cancel through this process), unfenced:
+the run's version decides, as before shards existed. A refused fenced commit
+(:class:`~accord.errors.OwnershipLost`) drops the shard and its cached runs, and the delivery
+goes back unacknowledged to the new owner.
+
 The loops (:meth:`start`) are the dispatcher's sweep and done-mark flush, the timer service,
 outcome intake, run requests (``run-requested@1`` on ``accord.runs``, :mod:`.requests`),
 telemetry, the reconciler, and history retention (ended runs older than ``retention_ms`` are
@@ -37,7 +46,8 @@ import logging
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from accord.contracts.sealing import Keyring
@@ -79,13 +89,19 @@ from accord.engine.runtime.holding import HOLD_MS, Hold
 from accord.engine.runtime.intake import OUTCOMES_QUEUE, Intake, RefusedOutcome
 from accord.engine.runtime.joint import durable, split_outbox
 from accord.engine.runtime.lifecycle import Loops
-from accord.engine.runtime.outbox import build_commit, changed_index, without_telemetry
+from accord.engine.runtime.outbox import (
+    build_commit,
+    changed_index,
+    with_reply_to,
+    without_telemetry,
+)
 from accord.engine.runtime.plans import PlanBook
 from accord.engine.runtime.reconciler import Reconciler, ReconcileReport
 from accord.engine.runtime.requests import RUNS_QUEUE, RunRequests
 from accord.engine.runtime.retention import DEFAULT_RETENTION_MS, Retention
 from accord.engine.runtime.runcache import RunCache
 from accord.engine.runtime.sealed import seal_context, seal_result
+from accord.engine.runtime.shards import ShardKeeper
 from accord.engine.runtime.stamping import stamp
 from accord.engine.runtime.timers import TimerService
 from accord.engine.runtime.wire import MalformedOutcome, check_storable
@@ -94,6 +110,7 @@ from accord.errors import (
     Diagnostic,
     EngineError,
     FieldViolation,
+    OwnershipLost,
     StoreError,
     ValidationError,
 )
@@ -184,6 +201,10 @@ class _Unstorable(Exception):
     """A commit canonical JSON cannot encode (its ``__cause__`` says why)."""
 
 
+def _in_shard(keeper: ShardKeeper, shard: int, run_id: str) -> bool:
+    return keeper.shard(run_id) == shard
+
+
 def _may_wait(item: _Item) -> bool:
     """Whether an event may wait a little for its run's next one to share its commit: news of an
     attempt (accepted, heartbeat, progress) releases nothing and dispatches nothing."""
@@ -198,6 +219,8 @@ class EngineOptions:
     outcomes_queue: str = OUTCOMES_QUEUE
     runs_queue: str = RUNS_QUEUE  # run-requested@1 messages (accord.engine.runtime.requests)
     lease_ms: int = 30_000  # outbox and timer claims
+    shard_lease_ms: int = 10_000  # a shard's lease: an engine gone this long loses its shards
+    shard_beat_ms: int | None = None  # beats and lease renewals (default: a quarter lease)
     grace_ms: int = 5_000  # an outbox entry younger than this is left to the process that wrote it
     poll_ms: int = 50
     reconcile_every_ms: int = 10_000
@@ -218,7 +241,7 @@ class EngineOptions:
 
     def __post_init__(self) -> None:
         for name in ("lease_ms", "grace_ms", "poll_ms", "reconcile_every_ms", "store_hold_ms",
-                     "prune_every_ms", "canary_every_ms"):  # fmt: skip
+                     "prune_every_ms", "canary_every_ms", "shard_lease_ms"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"EngineOptions.{name} must not be negative")
         if self.retention_ms is not None and self.retention_ms < 0:
@@ -263,6 +286,11 @@ class Engine:
             self._joint = transport.joint_commit(store)
         self.plans = PlanBook(store)
         self.runs = RunCache(opts.cache_size)
+        self.shards = ShardKeeper(
+            store, clock, self.owner, base_queue=opts.outcomes_queue,
+            lease_ms=opts.shard_lease_ms, beat_ms=opts.shard_beat_ms,
+        )  # fmt: skip
+        self.shards.listeners.append(self._on_shards)
         self.mail: Mailboxes[_Item, tuple[Delivered, bool]] = Mailboxes(
             self.runs.lock,
             may_wait=_may_wait,
@@ -277,14 +305,16 @@ class Engine:
         )  # fmt: skip
         # large job payloads travel as payloadRef, checked in here (dispatcher.check_in_jobs)
         self.claims = self.dispatcher.claims = claims
+        self.dispatcher.shards = self.shards.claim_shards
         self.timers = TimerService(
             store, clock, self.deliver, owner=self.owner, lease_ms=opts.lease_ms,
-            poll_ms=opts.poll_ms,
+            poll_ms=opts.poll_ms, shards=self.shards.claim_shards,
         )  # fmt: skip
         self.intake = Intake(
             transport, self._deliver_outcome, queue=opts.outcomes_queue, hold=self.hold
         )
         self.intake.claims = claims
+        self.intake.route = self._route
         self.result_checks = list(result_checks)
         # where a plan's context contract is looked up (start_run validates the context with it)
         self.catalog = catalog
@@ -300,6 +330,7 @@ class Engine:
             store, transport, clock, self.deliver, dispatcher=self.dispatcher, runs=self.runs,
             plans=self.plan, lease_ms=opts.lease_ms,
         )  # fmt: skip
+        self.reconciler.owns, self.reconciler.fence = self.shards.owns, self.shards.fence
         self.canaries = canary.Keeper(store, clock, owner=self.owner)  # settles canaries
         self.loops = Loops(
             dispatcher=self.dispatcher, timers=self.timers, intake=self.intake,
@@ -320,6 +351,9 @@ class Engine:
         self.transitions = 0  # events committed (several may share one commit)
         self.commits = 0
         self.conflicts = 0
+        self.ownership_lost = 0  # fenced commits refused: the shard had changed hands
+        self._intake_on = False  # whether this engine takes outcomes and run requests
+        self._taking = False  # the shared queue and run requests are being consumed
 
     # -- plans -----------------------------------------------------------------------------
 
@@ -354,7 +388,7 @@ class Engine:
         owner). :class:`~accord.engine.runtime.admission.Admission` is the layer above it, and
         every entry point (triggers, ``POST /v1/runs``, run requests, ``accord runs start``)
         goes through it (docs/triggers.md §5)."""
-        rid = run_id or f"run_{secrets.token_hex(12)}"
+        rid = run_id or self._new_run_id()
         chosen, admission = await canary.admit(self.store, workflow, rid)  # a canary's share
         self.canaries.note(workflow, admission)
         plan = await self.plans.resolve(chosen or workflow)
@@ -373,6 +407,16 @@ class Engine:
                 sampled=ratio is None or ids.trace_sampled(rid, ratio),
             )
         )
+        return rid
+
+    def _new_run_id(self) -> str:
+        """A fresh run id in a shard this engine owns (when it owns any), so the run is started,
+        and then moved on, by its owner: no other engine ever commits it."""
+        rid = f"run_{secrets.token_hex(12)}"
+        keeper = self.shards
+        if keeper.count > 1 and keeper.owned:
+            while keeper.shard(rid) not in keeper.owned:
+                rid = f"run_{secrets.token_hex(12)}"
         return rid
 
     async def check_start(
@@ -520,6 +564,12 @@ class Engine:
                 index=changed_index(run, new),
                 fired_timer=fired,
             )
+            fence = self.shards.fence(run_id)
+            if fence is not None:
+                commit = replace(commit, fence=fence)
+            reply = self.shards.reply_to(run_id)
+            if reply is not None:
+                commit = with_reply_to(commit, reply)
             if self._dispatch and not self.dispatcher.has_sink:
                 # nobody here would read them: the dispatcher would mark them done unseen
                 commit = without_telemetry(commit)
@@ -541,6 +591,12 @@ class Engine:
                         commit, messages, acked,
                         durable=new.terminal or durable(commit, messages, acked),
                     )  # fmt: skip  # an end is always synced: readers act on it
+            except OwnershipLost as lost:  # nothing landed; the new owner takes the delivery
+                self.ownership_lost += 1
+                self.runs.forget(run_id)
+                self.refusals.forget(run_id)
+                self.shards.lost(lost.shard, lost.epoch)
+                raise
             except ConflictError:
                 self.conflicts += 1
                 self.runs.forget(run_id)
@@ -559,7 +615,8 @@ class Engine:
                 raise
             self.commits += 1
             self.transitions += sum(1 for _, done, hist in applied if done or hist)
-            self.runs.remember(run_id, new_version, new)
+            if self.shards.owns(run_id):  # another owner's run: it moves on elsewhere
+                self.runs.remember(run_id, new_version, new)
             if self._dispatch:
                 await self.dispatcher.dispatch(commit.outbox, inline=len(messages))
             out = []
@@ -584,7 +641,8 @@ class Engine:
         if stored is None:
             return 0, None
         run = RunState.from_json(stored.state)
-        self.runs.remember(run_id, stored.version, run)
+        if self.shards.owns(run_id):
+            self.runs.remember(run_id, stored.version, run)
         return stored.version, run
 
     async def _deliver_outcome(
@@ -610,6 +668,46 @@ class Engine:
 
     async def _idle_wait(self) -> None:
         await self._idle.wait()
+
+    # -- shards (see accord.engine.runtime.shards) -----------------------------------------
+
+    def _route(self, run_id: str) -> str | None:
+        """For intake: None when this engine takes ``run_id``'s outcomes, else the queue of the
+        engine that owns its shard."""
+        keeper = self.shards
+        return None if keeper.owns(run_id) else keeper.queue(keeper.shard(run_id))
+
+    async def _on_shards(self, gained: frozenset[int], lost: frozenset[int]) -> None:
+        """Read the outcome queues of the shards gained; stop reading those lost (their
+        deliveries in hand finish first) and forget their cached runs. While it owns anything,
+        the engine also reads the shared outcome queue and run requests."""
+        keeper = self.shards
+        shared = self.intake.queue
+        for shard in sorted(lost):
+            queue = keeper.queue(shard)
+            if queue != shared:
+                await self.intake.close_lane(queue)
+            self.runs.forget_where(partial(_in_shard, keeper, shard))
+        if not keeper.owned:
+            await self._stop_taking()
+        for shard in sorted(gained):  # what this engine cached of it is older than its owner's
+            self.runs.forget_where(partial(_in_shard, keeper, shard))
+        if not self._intake_on:
+            return
+        for shard in sorted(gained):
+            queue = keeper.queue(shard)
+            if queue != shared and shard in keeper.owned:
+                self.intake.open_lane(queue)
+        if keeper.owned and not self._taking:
+            self._taking = True
+            self.intake.start()
+            self.requests.start()
+
+    async def _stop_taking(self) -> None:
+        if self._taking:
+            self._taking = False
+            await self.requests.stop()
+            await self.intake.stop()
 
     def _action_done(self, entry_id: str) -> None:
         self.dispatcher.mark_done(entry_id)
@@ -649,9 +747,14 @@ class Engine:
         return fired + handed
 
     async def start(self, *, intake: bool = True, reconcile_first: bool = True) -> None:
-        await self.loops.start(intake=intake, reconcile_first=reconcile_first)
-        if intake:  # run requests are intake too: taken only where outcomes are
-            self.requests.start()
+        """Take this engine's shards (a store that does not answer refuses the start), run the
+        first reconciliation of their runs, then take outcomes and run requests for them."""
+        self._intake_on = False
+        await self.shards.step()
+        await self.loops.start(intake=False, reconcile_first=reconcile_first)
+        self._intake_on = intake  # run requests are intake too: taken only where outcomes are
+        await self._on_shards(frozenset(self.shards.owned), frozenset())
+        self.shards.start()
         if self.retention is not None and self._retention_task is None:
             self._retention_stop.clear()
             run = self.retention.run(self._retention_stop)
@@ -663,8 +766,11 @@ class Engine:
             self._retention_stop.set()
             await asyncio.gather(self._retention_task, return_exceptions=True)
             self._retention_task = None
-        await self.requests.stop()  # no new runs, then the loops stop as before
+        self._intake_on = False
+        await self.intake.close_lanes()  # no new outcomes or runs, then the loops stop as before
+        await self._stop_taking()
         await self.loops.stop()
+        await self.shards.stop(leave=True)  # the others take its shards at once
         if self._owns_ports:
             await self.transport.close()
             await self.store.close()

@@ -48,6 +48,7 @@ __all__ = [
     "control_queue",
     "entry_for",
     "timer_for",
+    "with_reply_to",
     "withdrawal",
     "without_telemetry",
 ]
@@ -178,6 +179,21 @@ def changed_index(old: RunState | None, new: RunState) -> dict[str, str]:
     if new.workflow != old.workflow or new.tenant != old.tenant:  # never, but stay exact
         changed |= {"workflow": new.workflow, "tenant": new.tenant}
     return changed
+
+
+def with_reply_to(commit: Commit, queue: str) -> Commit:
+    """The commit with every job it dispatches naming ``queue`` as its ``replyTo`` (envelope@2):
+    the outcome queue of the run's shard, read by the shard's owner. Stored so, every engine's
+    sweep republishes the same body."""
+    if not any(e.topic.startswith("job:") for e in commit.outbox):
+        return commit
+    outbox = tuple(
+        replace(e, payload={**e.payload, "envelope": {**envelope, "replyTo": queue}})
+        if e.topic.startswith("job:") and isinstance(envelope := e.payload.get("envelope"), dict)
+        else e
+        for e in commit.outbox
+    )
+    return replace(commit, outbox=outbox)
 
 
 def without_telemetry(commit: Commit) -> Commit:

@@ -26,10 +26,10 @@ from typing import Any
 from accord.engine.machine.events import Event, PoisonReported
 from accord.engine.machine.ids import timer_id
 from accord.engine.machine.state import ACTIVE_ATTEMPT, RunState
-from accord.engine.ports import Clock, Commit, Store, Timer, Transport
+from accord.engine.ports import Clock, Commit, Fence, Store, Timer, Transport
 from accord.engine.runtime.dispatcher import Dispatcher
 from accord.engine.runtime.runcache import RunCache
-from accord.errors import ConflictError
+from accord.errors import ConflictError, OwnershipLost
 from accord.workflow.plan import Plan, TaskStage
 
 __all__ = ["Divergence", "ReconcileReport", "Reconciler"]
@@ -84,6 +84,8 @@ class Reconciler:
         self._plans = plans
         self._overdue_ms = lease_ms + slack_ms
         self._page = page
+        self.owns: Callable[[str], bool] = lambda _run_id: True  # this engine's runs
+        self.fence: Callable[[str], Fence | None] = lambda _run_id: None  # their commits' fence
 
     async def run_once(self) -> ReconcileReport:
         report = ReconcileReport()
@@ -96,6 +98,7 @@ class Reconciler:
             RunState.from_json(s.state)
             for status in ("running", "finalising")
             for s in await self._store.list_runs(self._page, status=status)
+            if self.owns(s.run_id)  # another engine's shard: its owner reconciles it
         ]
         report.runs_checked = len(runs)
         dead = await self._dead_jobs(runs)
@@ -176,9 +179,12 @@ class Reconciler:
             stored = await self._store.load(run_id)
             if stored is None or RunState.from_json(stored.state).terminal:
                 return False
-            commit = Commit(run_id, stored.version, stored.state, timers_set=tuple(timers))
+            commit = Commit(
+                run_id, stored.version, stored.state, timers_set=tuple(timers),
+                fence=self.fence(run_id),
+            )  # fmt: skip
             try:
                 await self._store.commit(commit)
-            except ConflictError:
+            except (ConflictError, OwnershipLost):
                 return False  # the next reconciliation looks again
             return True

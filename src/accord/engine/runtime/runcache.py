@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from accord.engine.machine.state import RunState
 
@@ -43,6 +43,11 @@ class RunCache:
 
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
+
+    def forget_where(self, doomed: Callable[[str], bool]) -> None:
+        """Forget every cached run whose id ``doomed`` picks (a shard given up)."""
+        for run_id in [r for r in self._runs if doomed(r)]:
+            del self._runs[run_id]
 
     def clear(self) -> None:
         self._runs.clear()

@@ -61,8 +61,10 @@ class TimerService:
         lease_ms: int = 30_000,
         batch: int = 200,
         poll_ms: int = 50,
+        shards: Callable[[], list[int] | None] = lambda: None,
     ) -> None:
         self._store, self._clock, self._deliver = store, clock, deliver
+        self._shards = shards  # whose timers this engine claims (None: every shard's)
         self._owner, self._lease_ms, self._batch, self._poll_ms = owner, lease_ms, batch, poll_ms
         self.fired = 0
 
@@ -70,8 +72,11 @@ class TimerService:
         """Claim and fire every timer due now; returns how many fired."""
         total = 0
         while True:
+            shards = self._shards()
+            if shards is not None and not shards:
+                break  # owns nothing: another engine fires them
             claimed = await self._store.claim_timers(
-                self._clock.now_ms(), self._batch, self._owner, self._lease_ms
+                self._clock.now_ms(), self._batch, self._owner, self._lease_ms, shards=shards
             )
             for timer in claimed:
                 try:

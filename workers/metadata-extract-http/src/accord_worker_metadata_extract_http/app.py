@@ -1,6 +1,6 @@
 """The remote worker: jobs arrive by signed ``POST /v1/jobs``, outcomes leave by signed callback.
 
-- ``POST /v1/jobs`` takes one ``envelope@1`` job (docs/protocol.md §3), signed by the engine's
+- ``POST /v1/jobs`` takes one ``envelope@2`` job (docs/protocol.md §3), signed by the engine's
   dispatch adapter with one of ``job_secrets`` (Standard Webhooks; a replayed ``webhook-id`` is
   409). The job is read as the protocol says (poison: 422, never accepted); then the attempt is
   claimed in the acceptance record and the answer is ``202 {"acceptanceId", "workerId"}``. The
@@ -13,7 +13,9 @@
 - Every outcome is an ``outcome@1`` document POSTed to ``callback_url``, signed with
   ``key_id``/``secret``; its ``webhook-id`` is the outcome's ``messageId``, so a retry after a
   lost answer is refused as replayed (409), which the worker counts as delivered. A 5xx or a
-  connection failure is retried with backoff, up to ``callback_attempts``.
+  connection failure is retried with backoff, up to ``callback_attempts``. A job's ``replyTo``
+  (envelope@2) changes nothing here: callbacks go to the API, which queues them on the shared
+  outcome queue, and the engines forward from there to the owner of the run's shard.
 - ``POST /v1/cancel`` takes a signed cancellation request (protocol §7) and cancels the running
   attempt whose fence and stage it names.
 """

@@ -15,6 +15,9 @@ URL form (shared by the store and the transport, so one URL opens both)::
   ``off`` refuses to start on a schema that is behind (apply them with ``accord store migrate``).
   Either way a schema *newer* than this code knows is refused, naming both versions.
 - ``sslmode``, ``connect_timeout_ms`` (10000): passed to the driver.
+- ``shards`` (8): the store's shard count (see :mod:`accord.adapters.stores.postgres`), recorded
+  in ``accord_meta`` by the first store opened on the schema; a store opened with another count
+  is refused, naming the recorded one. The queue ignores it (one URL opens both).
 
 Errors are translated at this edge (:func:`errors`): a lost connection (or one the driver
 caught mid-operation), a server starting or shutting down, a serialisation failure or deadlock,
@@ -37,13 +40,14 @@ import asyncpg
 
 from accord.adapters import _store_rules as rules
 from accord.adapters.stores.postgres._schema import MIGRATIONS, SCHEMA_VERSION
+from accord.engine.ports import shard_of
 from accord.errors import AccordError, StoreError, TransportError
 
 __all__ = ["OPTIONS", "Database", "PgTarget", "errors", "parse_url"]
 
 Kind: TypeAlias = Literal["store", "transport"]
 PoolConnection: TypeAlias = "asyncpg.pool.PoolConnectionProxy[asyncpg.Record]"
-OPTIONS = frozenset({"schema", "pool_size", "migrate", "sslmode", "connect_timeout_ms"})
+OPTIONS = frozenset({"schema", "pool_size", "migrate", "sslmode", "connect_timeout_ms", "shards"})
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}\Z")
 # SQLSTATE classes and codes worth trying again: connection exceptions, insufficient
 # resources, operator intervention (admin shutdown, cannot connect now), serialisation, deadlock
@@ -154,9 +158,10 @@ def errors(what: str, kind: Kind = "store", where: str = "") -> Any:
 class Database:
     """An asyncpg pool on one schema, opened on first use; migrations checked once per pool."""
 
-    def __init__(self, target: PgTarget, kind: Kind) -> None:
+    def __init__(self, target: PgTarget, kind: Kind, *, shards: int | None = None) -> None:
         self.target = target
         self.kind: Kind = kind
+        self.shards = shards  # a store's: checked against (or recorded as) the schema's count
         self._pool: asyncpg.Pool | None = None
         self._opening: asyncio.Lock | None = None
         self._closed = False
@@ -175,7 +180,9 @@ class Database:
         async with self._opening:
             if self._pool is None:
                 with errors("connect", self.kind, self.where):
-                    await ensure_schema(self.target, migrate=self.target.migrate)
+                    await ensure_schema(
+                        self.target, migrate=self.target.migrate, shards=self.shards
+                    )
                     self._pool = await asyncpg.create_pool(
                         self.target.dsn,
                         min_size=0,  # no floor kept: the pool reconnects on demand
@@ -232,10 +239,13 @@ def newer_schema(schema: str, found: int) -> str:
     )
 
 
-async def ensure_schema(target: PgTarget, *, migrate: bool) -> tuple[int, list[int]]:
+async def ensure_schema(
+    target: PgTarget, *, migrate: bool, shards: int | None = None
+) -> tuple[int, list[int]]:
     """Check (and with ``migrate``, bring up to date) the schema: ``(version before, versions
     applied)``. One transaction under an advisory lock, so concurrent starts apply each
-    migration once. A newer schema is refused (non-retryable)."""
+    migration once. A newer schema is refused (non-retryable). ``shards`` (a store's count) is
+    recorded, or checked against the recorded one, in the same transaction."""
     conn = await asyncpg.connect(target.dsn, timeout=target.connect_timeout_s)
     try:
         async with conn.transaction():
@@ -245,25 +255,57 @@ async def ensure_schema(target: PgTarget, *, migrate: bool) -> tuple[int, list[i
             found = await schema_version(conn, target.schema)
             if found > SCHEMA_VERSION:
                 raise StoreError(newer_schema(target.schema, found))
-            if found == SCHEMA_VERSION:
-                return found, []
-            if not migrate:
+            if found < SCHEMA_VERSION and not migrate:
                 raise StoreError(
                     f"schema {target.schema!r} is at version {found}, this accord needs"
                     f" {SCHEMA_VERSION}: run `accord store migrate --store URL`"
                 )
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{target.schema}"')
-            await conn.execute(f'SET LOCAL search_path = "{target.schema}"')
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS accord_schema (version integer PRIMARY KEY,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
             applied = []
-            for version, sql in MIGRATIONS:
-                if version > found:
-                    await conn.execute(sql)
-                    await conn.execute("INSERT INTO accord_schema (version) VALUES ($1)", version)
-                    applied.append(version)
+            if found < SCHEMA_VERSION:
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{target.schema}"')
+            await conn.execute(f'SET LOCAL search_path = "{target.schema}"')
+            if found < SCHEMA_VERSION:
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS accord_schema (version integer PRIMARY KEY,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+                for version, sql in MIGRATIONS:
+                    if version > found:
+                        await conn.execute(sql)
+                        await conn.execute(
+                            "INSERT INTO accord_schema (version) VALUES ($1)", version
+                        )
+                        applied.append(version)
+            if shards is not None:
+                await _record_shards(conn, target, shards)
             return found, applied
     finally:
         await conn.close()
+
+
+async def _record_shards(conn: asyncpg.Connection, target: PgTarget, count: int) -> None:
+    """Record the shard count (the first store opened on the schema) or refuse another; when it
+    is first recorded, give the rows written before shards existed their shard."""
+    first = await conn.fetchval(
+        "INSERT INTO accord_meta VALUES ('shards', $1) ON CONFLICT (key) DO NOTHING RETURNING 1",
+        str(count),
+    )
+    if first is None:
+        recorded = int(await conn.fetchval("SELECT value FROM accord_meta WHERE key = 'shards'"))
+        if recorded != count:
+            raise StoreError(
+                f"PostgreSQL schema {target.schema!r} at {target.key} was created with"
+                f" shards={recorded}; this store was opened with shards={count}."
+                f" Open it with ?shards={recorded}."
+            )
+        return
+    tables = (("accord_outbox", "id", "bigint"), ("accord_timers", "timer_id", "text"))
+    for table, key, kind in tables:
+        rows = await conn.fetch(f"SELECT {key}, run_id FROM {table} WHERE shard IS NULL")
+        if rows:
+            await conn.execute(
+                f"UPDATE {table} t SET shard = x.s FROM unnest($1::{kind}[], $2::integer[])"
+                f" AS x(k, s) WHERE t.{key} = x.k",
+                [r[0] for r in rows],
+                [shard_of(r[1], count) for r in rows],
+            )

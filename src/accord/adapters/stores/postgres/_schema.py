@@ -49,5 +49,19 @@ CREATE INDEX accord_jobs_acked ON accord_jobs (settled_at) WHERE state = 1;
 CREATE INDEX accord_jobs_dead ON accord_jobs (queue, settled_at, id) WHERE state = 2
 """
 
-MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1),)
+# shards: the count (``accord_meta``), engine beats, shard leases, and a ``shard`` column on the
+# claimable rows; rows older than it are given theirs in Python (``crc32``, which SQL lacks) by
+# the first store opened on the schema, in the transaction that records the count (see ._db)
+_V2 = """
+CREATE TABLE accord_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE accord_engines (engine text PRIMARY KEY, expires_at bigint NOT NULL);
+CREATE TABLE accord_leases (shard integer PRIMARY KEY, owner text NOT NULL, epoch bigint NOT NULL,
+  expires_at bigint NOT NULL);
+ALTER TABLE accord_outbox ADD COLUMN shard integer;
+ALTER TABLE accord_timers ADD COLUMN shard integer;
+CREATE INDEX accord_outbox_shard ON accord_outbox (shard, avail_at, id);
+CREATE INDEX accord_timers_shard ON accord_timers (shard, avail_at)
+"""
+
+MIGRATIONS: tuple[tuple[int, str], ...] = ((1, _V1), (2, _V2))
 SCHEMA_VERSION = MIGRATIONS[-1][0]

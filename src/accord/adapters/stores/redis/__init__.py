@@ -1,7 +1,9 @@
 """The distributed store: run state, history, outbox, timers and plans in Redis.
 
-One :meth:`RedisStore.commit` is one run of ``commit-8.lua``: compare-and-set on the run record's
-version, history append, outbox entries into the shard's stream, timer cancellations and upserts
+One :meth:`RedisStore.commit` is one run of ``commit-9.lua``: the fence (a commit made under a
+shard lease lands only while the shard's lease still names its owner and epoch, else
+:class:`~accord.errors.OwnershipLost`), then compare-and-set on the run record's version, history
+append, outbox entries into the shard's stream, timer cancellations and upserts
 into the shard's timer set, and the run-index update, all in one script, so they land together or
 not at all (the script validates everything before its first write). Keys and the Cluster story
 are in ``keys.py``; the scripts' protocols in their own headers.
@@ -12,7 +14,17 @@ are in ``keys.py``; the scripts' protocols in their own headers.
   dispatcher's entries come back after ``lease_ms`` of store time. :meth:`outbox_done` acks and
   deletes.
 - Timers: a sorted set per shard scored by ``avail_at``; claims are one atomic script.
-- Claims ask every shard at once, starting from a rotating shard (see ``_fanout.py``).
+- Claims ask every shard at once (or only the ``shards`` given), starting from a rotating shard
+  (see ``_fanout.py``).
+- Shards (:class:`~accord.engine.ports.Shards`, the same semantics as the memory store): each
+  shard's lease is a hash in the shard's own slot (``P:{sNN}:lease``: owner, epoch, expires),
+  taken, renewed and released by one script per shard (``hold-lease-1.lua``,
+  ``release-lease-1.lua``), the shards of one call sent together through the call group; engine
+  beats are one sorted set (``beat-1.lua``). Times are the store's clock, passed in as arguments,
+  never the server's and never key expiry; lease hashes are never deleted, so an epoch never goes
+  back. With ``replicas=N`` a lease taken or renewed that fewer replicas acknowledged fails the
+  whole ``hold_shards`` (a retryable :class:`~accord.errors.StoreError`): a failover could
+  otherwise give an epoch out twice. Beats and releases change no epoch and are answered anyway.
 - Every script call (commits, claims, done-marks) and the plain reads of the engine's path
   (``load``, ``history``, plans and activations) go through the store's call group
   (``accord.adapters._redis_group``): calls made while a round trip is in flight are sent
@@ -34,16 +46,16 @@ use) or ``await RedisStore.connect(url)`` (checks run before it returns).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from accord.adapters import _store_rules as rules
 from accord.adapters._redis_group import GroupCalls, ReplicaShortfall
 from accord.adapters.clock import SystemClock
 from accord.adapters.stores.redis._catalog import Catalog
-from accord.adapters.stores.redis._fanout import claim_across, list_runs
+from accord.adapters.stores.redis._fanout import claim_across, each_shard, list_runs
 from accord.adapters.stores.redis._scripts import ScriptCode, Scripts, commit_args
 from accord.adapters.stores.redis._server import (
     DEFAULT_REPLICA_WAIT_MS,
@@ -53,10 +65,35 @@ from accord.adapters.stores.redis._server import (
     split_url,
 )
 from accord.adapters.stores.redis.keys import MAX_UPDATED_AT, StoreKeys, index_prefix, order_key
-from accord.engine.ports import Clock, Commit, OutboxEntry, StoredRun, Timer
-from accord.errors import ConflictError, StoreError
+from accord.engine.ports import Clock, Commit, OutboxEntry, ShardLease, StoredRun, Timer
+from accord.errors import ConflictError, OwnershipLost, StoreError
 
 __all__ = ["RedisStore"]
+
+_BEAT_PRUNE_MS = 3_600_000  # beats lapsed this long ago are dropped from the set
+
+
+def _settle(
+    outcomes: list[Any], shards: list[int], *, epochs: bool, script: bool = True
+) -> list[tuple[int, Any]]:
+    """``(shard, reply)`` of each shard's lease call; the first error is raised. A
+    :class:`ReplicaShortfall` stands for its reply where nothing epoch-bearing was written:
+    always for a release (it changes no epoch), for a hold only when the script refused (0).
+    A script's list reply is its ``{-5, reason}`` refusal (``script=False``: plain reads)."""
+    settled, failed = [], None
+    for shard, answered in zip(shards, outcomes, strict=True):
+        outcome = answered
+        if isinstance(answered, ReplicaShortfall) and (not epochs or answered.reply == 0):
+            outcome = answered.reply
+        if isinstance(outcome, BaseException):
+            failed = failed or outcome
+        elif script and isinstance(outcome, list):  # {-5, reason}: mis-built arguments
+            failed = failed or StoreError(f"shard {shard}: the lease script refused: {outcome}")
+        else:
+            settled.append((shard, outcome))
+    if failed is not None:
+        raise failed
+    return settled
 
 
 class RedisStore(Catalog):
@@ -89,8 +126,7 @@ class RedisStore(Catalog):
     @classmethod
     def from_url(cls, url: str, clock: Clock | None = None) -> RedisStore:
         opts = split_url(url)
-        where = urlsplit(url).hostname or "localhost"
-        where += f":{urlsplit(url).port or 6379}"
+        where = opts.where  # host:port, or a cluster's startup nodes
         keys = StoreKeys(opts.prefix, opts.shards)
         client = open_client(opts.client_url)
         wait_ms = opts.replica_wait_ms
@@ -130,6 +166,12 @@ class RedisStore(Catalog):
     async def commit(self, commit: Commit) -> int:
         rules.check_commit(commit)
         keys = self.keys.run(commit.run_id)
+        fence = commit.fence
+        if fence is not None and fence.shard != self.keys.shard_of(commit.run_id):
+            raise StoreError(
+                f"commit of {commit.run_id!r}: fenced by shard {fence.shard}'s lease, but the run"
+                f" is in shard {self.keys.shard_of(commit.run_id)} (a fence is its run's shard)"
+            )
         args = commit_args(commit, self.clock.now_ms())
         await self.ready()
         async with redis_errors("commit"):
@@ -146,6 +188,8 @@ class RedisStore(Catalog):
         run = commit.run_id
         if code == ScriptCode.RUN_EXISTS:
             raise ConflictError(f"run {run!r} already exists (expected to create it)")
+        if code == ScriptCode.OWNERSHIP_LOST and fence is not None:
+            raise OwnershipLost(fence.shard, fence.owner, fence.epoch)
         if code == ScriptCode.VERSION_MISMATCH:
             raise ConflictError(f"run {run!r} is not at version {commit.expected_version}")
         if code in (ScriptCode.OUTBOX_ID_TWICE, ScriptCode.OUTBOX_ID_PENDING):
@@ -162,17 +206,28 @@ class RedisStore(Catalog):
             entries = await self.group.submit_command("LRANGE", key, 0, -1)
         return [json.loads(e) for e in entries]
 
-    def _shard_order(self) -> list[int]:
+    def _shard_order(self, shards: Collection[int] | None) -> list[int]:
+        """Every shard (or those of ``shards``), starting from a rotating one."""
         count = self.keys.shard_count
+        wanted = None if shards is None else set(rules.check_shards(list(shards), count))
         start, self._turn = self._turn, (self._turn + 1) % count
-        return [(start + n) % count for n in range(count)]
+        order = [(start + n) % count for n in range(count)]
+        return order if wanted is None else [n for n in order if n in wanted]
 
-    async def claim_timers(self, now_ms: int, limit: int, owner: str, lease_ms: int) -> list[Timer]:
+    async def claim_timers(
+        self,
+        now_ms: int,
+        limit: int,
+        owner: str,
+        lease_ms: int,
+        shards: Collection[int] | None = None,
+    ) -> list[Timer]:
+        order = self._shard_order(shards)
         await self.ready()
-        script, shards = self.scripts.claim_timers, self.keys.shards
+        script, shard_keys = self.scripts.claim_timers, self.keys.shards
 
         def claim(shard: int, quota: int) -> Any:
-            s = shards[shard]
+            s = shard_keys[shard]
             keys = [s.timers, s.timer_data, s.timer_owner]
             return self.group.submit(script, keys, [now_ms, now_ms + lease_ms, quota, owner])
 
@@ -183,16 +238,19 @@ class RedisStore(Catalog):
             ]
 
         async with redis_errors("claim_timers"):
-            claimed = await claim_across(self._shard_order(), limit, claim, timers)
+            claimed = await claim_across(order, limit, claim, timers)
         return sorted((t for _, t in claimed), key=lambda t: (t.due_at_ms, t.timer_id))
 
-    async def claim_outbox(self, limit: int, owner: str, lease_ms: int) -> list[OutboxEntry]:
+    async def claim_outbox(
+        self, limit: int, owner: str, lease_ms: int, shards: Collection[int] | None = None
+    ) -> list[OutboxEntry]:
+        order = self._shard_order(shards)
         await self.ready()
         now = self.clock.now_ms()
-        script, shards = self.scripts.claim_outbox, self.keys.shards
+        script, shard_keys = self.scripts.claim_outbox, self.keys.shards
 
         def claim(shard: int, quota: int) -> Any:
-            s = shards[shard]
+            s = shard_keys[shard]
             keys = [s.outbox, s.outbox_lease]
             return self.group.submit(script, keys, [now, now + lease_ms, quota, owner])
 
@@ -206,7 +264,7 @@ class RedisStore(Catalog):
             return entries
 
         async with redis_errors("claim_outbox"):
-            claimed = await claim_across(self._shard_order(), limit, claim, entries)
+            claimed = await claim_across(order, limit, claim, entries)
         if len(self._entry_shard) > 100_000:  # claims never marked done: forget, fall back
             self._entry_shard.clear()
         for shard, (_, entry) in claimed:
@@ -310,6 +368,75 @@ class RedisStore(Catalog):
         if entries:
             keys = [s.outbox, s.outbox_ids, s.outbox_lease]
             await self.group.submit(self.scripts.done_outbox, keys, entries)
+
+    # -- shards (accord.engine.ports.Shards; see the module docstring) -------------------------
+
+    @property
+    def shard_count(self) -> int:
+        return self.keys.shard_count
+
+    async def beat(self, engine: str, ttl_ms: int) -> list[str]:
+        await self.ready()
+        now = self.clock.now_ms()
+        args: list[str | int] = [engine, now, now + ttl_ms, now - _BEAT_PRUNE_MS]
+        async with redis_errors("beat"):
+            try:
+                live = await self.group.submit(self.scripts.beat, [self.keys.engines], args)
+            except ReplicaShortfall as short:  # a beat changes no epoch: its answer stands
+                live = short.reply
+        if not isinstance(live, list) or (live and live[0] == -5):
+            raise StoreError(f"Redis beat: the beat script refused its arguments: {live}")
+        return sorted(live)
+
+    async def leave(self, engine: str) -> None:
+        await self.ready()
+        async with redis_errors("leave"):
+            with contextlib.suppress(ReplicaShortfall):  # changes no epoch
+                await self.group.submit_command("ZREM", self.keys.engines, engine, write=True)
+        await self.release_shards(engine, range(self.keys.shard_count))
+
+    async def hold_shards(self, engine: str, shards: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        wanted = rules.check_shards(shards, self.keys.shard_count)
+        await self.ready()
+        now = self.clock.now_ms()
+        args: list[str | int] = [engine, now, now + ttl_ms]
+        script, keys = self.scripts.hold_lease, self.keys.shards
+
+        def hold(shard: int) -> Any:
+            return self.group.submit(script, [keys[shard].lease], args)
+
+        async with redis_errors("hold_shards"):
+            outcomes = await each_shard(wanted, hold)
+            settled = _settle(outcomes, wanted, epochs=True)
+        return {shard: int(epoch) for shard, epoch in settled if int(epoch) > 0}
+
+    async def release_shards(self, engine: str, shards: Sequence[int]) -> None:
+        wanted = rules.check_shards(shards, self.keys.shard_count)
+        await self.ready()
+        args: list[str | int] = [engine, self.clock.now_ms()]
+        script, keys = self.scripts.release_lease, self.keys.shards
+
+        def release(shard: int) -> Any:
+            return self.group.submit(script, [keys[shard].lease], args)
+
+        async with redis_errors("release_shards"):
+            _settle(await each_shard(wanted, release), wanted, epochs=False)
+
+    async def shard_leases(self) -> list[ShardLease]:
+        await self.ready()
+        every, keys = list(range(self.keys.shard_count)), self.keys.shards
+
+        def read(shard: int) -> Any:
+            lease = keys[shard].lease
+            return self.group.submit_command("HMGET", lease, "owner", "epoch", "expires")
+
+        async with redis_errors("shard_leases"):
+            rows = _settle(await each_shard(every, read), every, epochs=False, script=False)
+        return [
+            ShardLease(shard, owner, int(epoch), int(expires))
+            for shard, (owner, epoch, expires) in rows
+            if owner is not None
+        ]
 
     async def close(self) -> None:
         await self.group.close()

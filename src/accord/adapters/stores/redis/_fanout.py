@@ -1,4 +1,4 @@
-"""Operations that span every shard: ``list_runs`` and claims.
+"""Operations that span shards: ``list_runs``, claims and shard leases.
 
 **list_runs.** Each shard's ``idx`` sorted set holds, for every run, one entry ``*|order|run``
 and one entry ``field=<len>:value|order|run`` per index value (``order`` is 15 digits of inverted
@@ -14,7 +14,11 @@ shard's script is atomic on its own; the calls of one round go out together, in 
 asked again for what is still missing. Every round either claims something or drops a shard, so
 a claim takes at most ``shards`` rounds and an empty poll with ``limit >= shards`` takes one. If a
 call fails, items already leased by the other calls come back when their lease lapses
-(at-least-once).
+(at-least-once). A claim given ``shards`` asks only those shards (``[]``: none).
+
+**Leases.** ``hold_shards``, ``release_shards`` and ``shard_leases`` are one script (or read) per
+shard, each touching only that shard's slot (its lease hash), made together by
+:func:`each_shard` so they travel in the group's pipelines (``MAX_GROUP`` calls per round trip).
 """
 
 from __future__ import annotations
@@ -22,14 +26,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from accord.adapters.stores.redis.keys import StoreKeys, index_prefix
 from accord.engine.ports import StoredRun
 from accord.errors import StoreError
 
-__all__ = ["claim_across", "list_runs"]
+__all__ = ["claim_across", "each_shard", "list_runs"]
 
 T = TypeVar("T")
 
@@ -129,3 +133,12 @@ def _split(remaining: int, live: list[int]) -> list[tuple[int, int]]:
         return [(shard, 1) for shard in live[:remaining]]
     base, extra = divmod(remaining, len(live))
     return [(shard, base + (1 if n < extra else 0)) for n, shard in enumerate(live)]
+
+
+async def each_shard(
+    shards: Sequence[int], call: Callable[[int], Awaitable[T]]
+) -> list[T | BaseException]:
+    """``call(shard)`` for every shard, all made before the first is awaited (so they share the
+    group's pipelines); each reply or error, in ``shards``' order. Errors are returned, not
+    raised, so the caller sees every outcome and decides (a refused lease wrote nothing)."""
+    return await asyncio.gather(*(call(shard) for shard in shards), return_exceptions=True)

@@ -13,7 +13,9 @@ side is refused there, before Redis is asked: JSON that does not serialise (the 
 not strings, an ``updated_at`` outside the index's range. A state handed over as an
 :class:`~accord.engine.machine.encoding.EncodedDoc` is stored as the text it carries; the other
 documents are encoded with the shared canonical encoder, and only when one fails are they encoded
-again one by one to name the field.
+again one by one to name the field. A commit's :class:`~accord.engine.ports.Fence` travels as two
+arguments (owner, epoch), empty when there is none; the script checks it against the shard's
+lease before the version (``commit-9.lua``, code :attr:`ScriptCode.OWNERSHIP_LOST`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ScriptCode(IntEnum):
     OUTBOX_ID_TWICE = -3  # the same entry id twice in one commit
     OUTBOX_ID_PENDING = -4  # the entry id is still pending from an earlier commit
     MALFORMED = -5  # arguments that the Python side should never have built
+    OWNERSHIP_LOST = -6  # the commit's fence no longer holds: detail is the lease's owner, epoch
 
 
 def script_text(name: str) -> str:
@@ -49,12 +52,15 @@ class Scripts:
     """The registered scripts of one client."""
 
     def __init__(self, client: Any) -> None:
-        self.commit = client.register_script(script_text("commit-8.lua"))
+        self.commit = client.register_script(script_text("commit-9.lua"))
         self.claim_outbox = client.register_script(script_text("claim-outbox-2.lua"))
         self.done_outbox = client.register_script(script_text("done-outbox-3.lua"))
         self.claim_timers = client.register_script(script_text("claim-timers-3.lua"))
         self.announce = client.register_script(script_text("announce-2.lua"))
         self.prune = client.register_script(script_text("prune-3.lua"))
+        self.hold_lease = client.register_script(script_text("hold-lease-1.lua"))
+        self.release_lease = client.register_script(script_text("release-lease-1.lua"))
+        self.beat = client.register_script(script_text("beat-1.lua"))
 
 
 def commit_args(commit: Commit, now_ms: int) -> list[str | int]:
@@ -79,9 +85,11 @@ def commit_args(commit: Commit, now_ms: int) -> list[str | int]:
     except (TypeError, ValueError):
         _name_the_culprit(commit)
         raise
+    fence = commit.fence
+    owner, epoch = ("", "") if fence is None else (fence.owner, str(fence.epoch))
     return [
         commit.expected_version, state_text, order, index_text, commit.run_id,
-        len(history), len(outbox), len(timers), len(commit.timers_cancel),
+        len(history), len(outbox), len(timers), len(commit.timers_cancel), owner, epoch,
         *history, *boxes, *marks, *commit.timers_cancel,
     ]  # fmt: skip
 

@@ -1,7 +1,8 @@
 #!lua
 --[[ announce-2.lua: replace a worker's capability announcement; prune long-expired ones.
 
-  KEYS: 1 expiries P:ann (zset: worker id -> expires_at_ms)   2 capabilities P:ann:caps (hash)
+  KEYS: 1 expiries P:{ann} (zset: worker id -> expires_at_ms)   2 capabilities P:{ann}:caps
+        (hash; one hash tag, so one Cluster slot)
   ARGV: 1 worker id   2 expires_at_ms   3 capabilities (JSON list)   4 prune before (ms)
   Returns the number of pruned workers. Pruning keeps the set bounded when worker ids are
   ephemeral; it only drops entries that expired long before this announcement's expiry.

@@ -1,5 +1,5 @@
 #!lua
---[[ commit-8.lua: the one atomic step of a run (docs/architecture.md §4) on Redis.
+--[[ commit-9.lua: the one atomic step of a run (docs/architecture.md §4) on Redis.
 
   KEYS (all under the run's shard hash tag {sNN}, so one Cluster slot):
     1 run record hash       P:{sNN}:run:R      v, state, ix, up
@@ -10,6 +10,7 @@
     6 timer payloads        P:{sNN}:tmr:data   timer id -> JSON [run id, due, payload]
     7 timer lease owners    P:{sNN}:tmr:owner  timer id -> owner
     8 run index             P:{sNN}:idx        lexicographic entries, score 0
+    9 shard lease           P:{sNN}:lease      owner, epoch, expires (read only, if fenced)
   (the whole key layout is documented once, in keys.py)
 
   ARGV:
@@ -17,14 +18,20 @@
     3 ordering key (15 digits: inverted updated_at)
     4 index values of this commit (JSON object of strings; merged over the stored ones)
     5 run id                            6 nh  7 no  8 nts  9 ntc  (counts)
+    10 fence owner   11 fence epoch (decimal; "" = the commit has no fence)
     then nh history entries (JSON)
     then no outbox entries as 5 values: entry id, run id, topic, payload (JSON), created_at_ms
     then nts timers as 3 values: timer id, due_at_ms, JSON [run id, due, payload]
     then ntc timer ids to cancel
 
-  Returns {new version} or {code, detail} with a negative code (RedisCommitCode in Python):
+  Returns {new version} or {code, detail} with a negative code (ScriptCode in _scripts.py):
     -1 run exists (create expected)   -2 version mismatch (detail: stored version or "")
     -3 outbox id twice in the commit   -4 outbox id already pending   -5 malformed arguments
+    -6 ownership lost (detail: the lease's owner and epoch now, "" if never leased)
+
+  The fence: a commit made under a shard lease lands only if KEYS[9] still names the fence's
+  owner at the fence's epoch, whatever its expiry (a lapsed lease nobody took changes no epoch).
+  It is checked before the version, in this same script, so no takeover can slip in between.
 
   Everything is validated before the first write: Redis does not roll a script back, so a script
   that failed half-way would leave half a commit behind.
@@ -41,7 +48,7 @@ local nh, no, nts, ntc = count(6), count(7), count(8), count(9)
 if expected == nil or nh == nil or no == nil or nts == nil or ntc == nil then
   return {-5, 'counts and expected version must be non-negative integers'}
 end
-if #ARGV ~= 9 + nh + 5 * no + 3 * nts + ntc then
+if #ARGV ~= 11 + nh + 5 * no + 3 * nts + ntc then
   return {-5, 'argument count does not match the counts'}
 end
 local order, run_id = ARGV[3], ARGV[5]
@@ -56,11 +63,19 @@ for field, value in pairs(index) do
     return {-5, 'index entries must be identifier -> string'}
   end
 end
-local h0, o0 = 10, 10 + nh
+local h0, o0 = 12, 12 + nh
 local t0 = o0 + 5 * no
 local c0 = t0 + 3 * nts
 for i = 0, nts - 1 do
   if tonumber(ARGV[t0 + 3 * i + 1]) == nil then return {-5, 'timer due time is not a number'} end
+end
+
+-- the fence, before the version: a deposed owner learns it lost the shard, not a version
+if ARGV[11] ~= '' then
+  local held = redis.call('HMGET', KEYS[9], 'owner', 'epoch')
+  if held[1] ~= ARGV[10] or held[2] ~= ARGV[11] then
+    return {-6, held[1] or '', held[2] or ''}
+  end
 end
 
 -- compare-and-set on the version
