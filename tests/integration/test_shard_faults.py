@@ -23,8 +23,9 @@ shard``) and counters (their last JSON line at a graceful stop).
   record (I12) with its versions growing by one (I3: no two commits at one version), nothing is
   left on any queue.
 
-``ACCORD_SHARD_KILL_RUNS`` (default 1000) and ``ACCORD_SHARD_PARTITION_RUNS`` (default 300) set the
-run counts; ``ACCORD_SOAK_KEEP=1`` leaves the keys and queues in place after a failure.
+``ACCORD_SHARD_KILL_RUNS`` (default 1000; the RabbitMQ variant takes at most 300 of them, the
+routing it checks being the same) and ``ACCORD_SHARD_PARTITION_RUNS`` (default 300) set the run
+counts; ``ACCORD_SOAK_KEEP=1`` leaves the keys and queues in place after a failure.
 """
 
 from __future__ import annotations
@@ -220,7 +221,8 @@ async def test_kill_9_of_an_engine_owning_shards_mid_soak(
     plan, plan_path = plan_json
     async with keyspace(broker, backing) as (store_url, transport_url, marks):
         urls = (store_url, transport_url)
-        fleet, run_ids = fleet_for(tmp_path, urls, marks, plan_path, runs=KILL_RUNS, tag="kill")
+        runs = KILL_RUNS if broker == "bullmq" else min(KILL_RUNS, 300)  # RabbitMQ: the routing
+        fleet, run_ids = fleet_for(tmp_path, urls, marks, plan_path, runs=runs, tag="kill")
         store, transport = open_store(store_url), open_transport(transport_url)
         try:
             fleet.start()
@@ -255,7 +257,7 @@ async def test_kill_9_of_an_engine_owning_shards_mid_soak(
         await store.close()
     bound = (LEASE_MS + BEAT_MS) / 1000
     print(
-        f"\nshard kill -9 {broker} on {backing}: {KILL_RUNS} runs in {elapsed:.1f} s; e1 killed "
+        f"\nshard kill -9 {broker} on {backing}: {runs} runs in {elapsed:.1f} s; e1 killed "
         f"with {ended_at_kill} ended, owning {sorted(victim)}; e0 owned every shard {took:.2f} s "
         f"later (its log: {logged:.2f} s; lease + beat = {bound:.2f} s); the restarted e1 had "
         f"its share back {rejoined:.2f} s after its start; worker restarts {fleet.restarts}; "

@@ -158,9 +158,12 @@ export class MetadataWorker {
       "accord.capability": CAPABILITY, "accord.contract": `${String(env.messageType)}@${String(env.contractVersion)}`,
     };
     const final = await this.tracer.span(`accord.execute ${id.stage}`, env.traceparent, attributes, () => this.work(id, env));
-    // both idempotent, so they may overlap: whichever fails, the job is retried and the
-    // redelivery finds the record (re-sends the outcome, or re-announces acceptance)
-    await Promise.all([this.redis.set(key, JSON.stringify(final), "PX", ttl), this.publish(final, id)]);
+    // the record first, then the answer: whoever has seen the answer (an engine, a redelivery
+    // racing it) finds the record, so a redelivered job re-sends this outcome rather than
+    // re-announcing acceptance; if the publish fails, the job is retried and the redelivery
+    // re-sends it from the record
+    await this.redis.set(key, JSON.stringify(final), "PX", ttl);
+    await this.publish(final, id);
     this.served += 1;
     return { jobId, mode: "fresh" };
   }
