@@ -346,7 +346,7 @@ async def test_a_superseded_attempt_is_cancelled_and_its_retry_completes(
     outcome, and the engine's second attempt completes the run."""
     workflow = WORKFLOW.replace(
         "timeouts: { heartbeat_timeout_ms: 10000 }",
-        "timeouts: { heartbeat_timeout_ms: 1000, execution_deadline_ms: 2000 }",
+        "timeouts: { heartbeat_timeout_ms: 1000, execution_deadline_ms: 4000 }",
     ).replace("retry: { max_attempts: 2 }", "retry: { max_attempts: 2, initial_backoff_ms: 100 }")
     assert workflow != WORKFLOW
     async with _stack(broker, tmp_path, storage) as stack:
