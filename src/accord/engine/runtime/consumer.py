@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from accord.contracts.model import MessageContract
@@ -42,6 +43,39 @@ class GiveBack(Exception):
     back unacknowledged, for the consumer that should take it."""
 
 
+async def _close_stream(stream: object) -> None:
+    """Close a transport's delivery stream: what it claimed but never handed out goes straight
+    back to the queue instead of waiting out its visibility timeout."""
+    closing = getattr(stream, "aclose", None)
+    if closing is not None:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(closing())
+
+
+@dataclass(eq=False, slots=True)
+class _Lane:
+    """One further queue a consumer reads: its task, whether it is closing, and its
+    deliveries in hand (``idle`` is set when there are none)."""
+
+    queue: str
+    task: asyncio.Task[None] | None = None
+    closing: bool = False
+    busy: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def taken(self) -> None:
+        self.busy += 1
+        self.idle.clear()
+
+    def done(self) -> None:
+        self.busy -= 1
+        if self.busy == 0:
+            self.idle.set()
+
+
 class QueueConsumer:
     """Consume one queue, ``process`` each delivery; subclasses say what a delivery is."""
 
@@ -58,8 +92,7 @@ class QueueConsumer:
         self.quarantined: list[dict[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
         self._stop = False
-        # queue -> (consuming task, stop flag, deliveries in hand, idle event)
-        self._lanes: dict[str, tuple[asyncio.Task[None], list[bool], list[int], asyncio.Event]] = {}
+        self._lanes: dict[str, _Lane] = {}  # further queues consumed (open_lane)
 
     async def process(self, delivery: Delivery) -> Any:
         raise NotImplementedError
@@ -91,63 +124,52 @@ class QueueConsumer:
         """Consume ``queue`` too, in a task of its own, until :meth:`close_lane`."""
         if queue in self._lanes:
             return
-        flag, busy, idle = [False], [0], asyncio.Event()
-        idle.set()
-        task = asyncio.get_running_loop().create_task(self._lane(queue, flag, busy, idle))
-        self._lanes[queue] = (task, flag, busy, idle)
+        lane = _Lane(queue)
+        lane.task = asyncio.get_running_loop().create_task(self._consume_lane(lane))
+        self._lanes[queue] = lane
 
     async def close_lane(self, queue: str) -> None:
         """Take nothing more from ``queue``; return once its deliveries in hand are done."""
         lane = self._lanes.pop(queue, None)
         if lane is None:
             return
-        task, flag, _, idle = lane
-        flag[0] = True
-        await idle.wait()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        lane.closing = True
+        await lane.idle.wait()
+        if lane.task is not None:
+            lane.task.cancel()
+            await asyncio.gather(lane.task, return_exceptions=True)
 
     async def close_lanes(self) -> None:
         await asyncio.gather(*(self.close_lane(q) for q in list(self._lanes)))
 
-    async def _lane(
-        self, queue: str, flag: list[bool], busy: list[int], idle: asyncio.Event
-    ) -> None:
+    async def _consume_lane(self, lane: _Lane) -> None:
         slots = asyncio.Semaphore(self.prefetch)
         spawn = asyncio.get_running_loop().create_task
-        while not flag[0]:
-            stream = self._transport.consume(queue, self.prefetch)
+        while not lane.closing:
+            stream = self._transport.consume(lane.queue, self.prefetch)
             try:
                 async for delivery in stream:
-                    if flag[0]:  # closing: give it straight back for the next reader
+                    if lane.closing:  # closing: give it straight back for the next reader
                         await self._transport.nack(delivery, 0)
                         return
                     await slots.acquire()
-                    busy[0] += 1
-                    idle.clear()
+                    lane.taken()
                     self._busy += 1  # _guarded counts it off, so wait_idle waits for lanes too
                     self._idle.clear()
-                    spawn(self._in_lane(delivery, slots, busy, idle))
+                    spawn(self._in_lane(delivery, slots, lane))
             except asyncio.CancelledError:
                 raise
             except Exception:  # the broker away: consume again after a pause
-                log.exception("consuming %s failed; trying again", queue)
+                log.exception("consuming %s failed; trying again", lane.queue)
                 await asyncio.sleep(NACK_DELAY_MS / 1000)
-            finally:  # deliveries claimed but never handed out go straight back
-                closing = getattr(stream, "aclose", None)
-                if closing is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(closing())
+            finally:
+                await _close_stream(stream)
 
-    async def _in_lane(
-        self, delivery: Delivery, slots: asyncio.Semaphore, busy: list[int], idle: asyncio.Event
-    ) -> None:
+    async def _in_lane(self, delivery: Delivery, slots: asyncio.Semaphore, lane: _Lane) -> None:
         try:
             await self._guarded(delivery, slots)
         finally:
-            busy[0] -= 1
-            if busy[0] == 0:
-                idle.set()
+            lane.done()
 
     async def quarantine(self, delivery: Delivery, reason: str) -> None:
         """Keep ``delivery`` on ``<queue>.quarantine`` with ``reason`` (the fields
@@ -176,11 +198,8 @@ class QueueConsumer:
                 spawn(self._guarded(delivery, slots))
                 if stop():
                     break
-        finally:  # deliveries claimed but never handed out go straight back
-            closing = getattr(stream, "aclose", None)
-            if closing is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(closing())
+        finally:
+            await _close_stream(stream)
 
     async def _guarded(self, delivery: Delivery, slots: asyncio.Semaphore) -> None:
         what = f"{self.what} %s"

@@ -201,8 +201,8 @@ class _Unstorable(Exception):
     """A commit canonical JSON cannot encode (its ``__cause__`` says why)."""
 
 
-def _in_shard(keeper: ShardKeeper, shard: int, run_id: str) -> bool:
-    return keeper.shard(run_id) == shard
+def _in_shards(keeper: ShardKeeper, shards: frozenset[int], run_id: str) -> bool:
+    return keeper.shard(run_id) in shards
 
 
 def _may_wait(item: _Item) -> bool:
@@ -687,11 +687,12 @@ class Engine:
             queue = keeper.queue(shard)
             if queue != shared:
                 await self.intake.close_lane(queue)
-            self.runs.forget_where(partial(_in_shard, keeper, shard))
+        # a lost shard's runs move on elsewhere; what is cached of a gained one (from before the
+        # engine started) is older than its last owner's commits
+        if lost or gained:
+            self.runs.forget_where(partial(_in_shards, keeper, lost | gained))
         if not keeper.owned:
             await self._stop_taking()
-        for shard in sorted(gained):  # what this engine cached of it is older than its owner's
-            self.runs.forget_where(partial(_in_shard, keeper, shard))
         if not self._intake_on:
             return
         for shard in sorted(gained):
