@@ -61,9 +61,9 @@ from typing import Any
 
 from redis import exceptions as rx
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.crc import key_slot
-from redis.retry import Retry
 
 try:
     import hiredis as _hiredis

@@ -31,7 +31,9 @@ class CacheLookupResultV1(ContractModel):
     ] = None
     expiresAt: StrictStr | None = None
     hit: StrictBool
-    outcome: Literal['hit', 'miss', 'denied', 'unavailable', 'corrupt', 'invalid-against-contract', 'expired']
+    outcome: Literal[
+        'hit', 'miss', 'denied', 'unavailable', 'corrupt', 'invalid-against-contract', 'expired'
+    ]
     results: Annotated[list[Result], Field(max_length=16, validate_default=True)] = []
     """
     References to the cached results, empty unless hit.

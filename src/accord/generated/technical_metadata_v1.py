@@ -74,8 +74,8 @@ class TechnicalMetadataV1(ContractModel):
     """
     Null when the volume is not well defined.
     """
-    volumeUnavailableReason: Literal['not-watertight', 'inconsistent-winding', 'not-requested'] | None = (
-        None
-    )
+    volumeUnavailableReason: (
+        Literal['not-watertight', 'inconsistent-winding', 'not-requested'] | None
+    ) = None
     watertight: StrictBool
     windingConsistent: StrictBool

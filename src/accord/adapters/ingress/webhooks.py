@@ -11,9 +11,10 @@ in this order, and refuses with a stable code (:class:`Rejected`):
    once, which is how a secret is rotated: add the new one, move the senders, drop the old one;
 3. the timestamp is within ``tolerance_s`` of this clock (``timestamp-expired``,
    ``timestamp-in-future``, ``malformed-signature``);
-4. a signature matches (``bad-signature``); a header the library cannot parse raises
-   ``ValueError``/``binascii.Error`` rather than its own error type, and is ``malformed-signature``
-   here, never an unhandled exception;
+4. the signature header is well formed: space-separated ``<version>,<base64>`` entries
+   (``malformed-signature``; parsed here, since versions of the library differ on whether a
+   malformed entry is an error of its own, a plain ``ValueError`` or merely no match), and one of
+   them matches (``bad-signature``);
 5. the ``webhook-id`` was not seen before (``replayed``, checked by :meth:`WebhookVerifier.claim`
    after the body has been read). Ids are kept in a :class:`ReplayStore` for twice the tolerance
    and a second, so every id whose timestamp can still pass step 3 is remembered.
@@ -186,6 +187,18 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+def _well_formed(entry: str) -> bool:
+    """One ``webhook-signature`` entry: ``<version>,<base64>``, a version such as ``v1`` and
+    strict, padded base64 (any version is well formed; only ``v1`` can match)."""
+    version, comma, encoded = entry.partition(",")
+    if not (comma and version.isascii() and version.isalnum() and encoded.isascii()):
+        return False
+    try:
+        return bool(binascii.a2b_base64(encoded, strict_mode=True))
+    except binascii.Error:
+        return False
+
+
 class WebhookVerifier:
     """Checks Standard Webhooks signatures against the active keys (``key id → whsec_ secret``)
     with a timestamp tolerance, and remembers ids in a :class:`ReplayStore`."""
@@ -249,6 +262,11 @@ class WebhookVerifier:
             text = body.decode("utf-8")
         except UnicodeDecodeError:
             raise Rejected(400, "malformed-body", "the body is not UTF-8") from None
+        if not all(map(_well_formed, signature.split(" "))):
+            raise Rejected(
+                401, "malformed-signature",
+                "webhook-signature is malformed: expected space-separated <version>,<base64>",
+            )  # fmt: skip
         try:
             hook.verify(
                 text,
