@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 __all__ = [
     "REDIS_DB",
@@ -152,7 +153,8 @@ class PrivateRedis:
     """A ``redis-server`` of the test's own, on a free port, persisting to ``directory`` with AOF
     ``appendfsync always`` (every acknowledged write is on disk), so it can be killed and
     restarted, or squeezed with ``maxmemory``, without touching the shared server. ``extra`` are
-    more ``redis-server`` arguments (``--replicaof``, …)."""
+    more ``redis-server`` arguments (``--replicaof``, …). A replica's first sync starts at once
+    (``--repl-diskless-sync-delay 0``: by default a primary waits 5 s for more replicas)."""
 
     def __init__(self, directory: Path, *extra: str) -> None:
         ensure_redis()  # installs the binary when missing
@@ -167,7 +169,7 @@ class PrivateRedis:
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
              str(self.directory), "--appendonly", "yes", "--appendfsync", "always", "--save", "",
-             "--maxmemory-policy", "noeviction", *self.extra],
+             "--maxmemory-policy", "noeviction", "--repl-diskless-sync-delay", "0", *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         deadline = time.monotonic() + 10
@@ -245,7 +247,8 @@ class RedisCluster:
              "--cluster-node-timeout", str(self.node_timeout_ms), "--appendonly", "yes",
              "--appendfilename", f"appendonly-{port}.aof", "--appenddirname", f"aof-{port}",
              "--appendfsync", "always", "--dir", str(d), "--save", "", "--dbfilename",
-             f"dump-{port}.rdb", "--maxmemory-policy", "noeviction"],
+             f"dump-{port}.rdb", "--maxmemory-policy", "noeviction", "--repl-diskless-sync-delay",
+             "0"],
             stdout=log, stderr=log, preexec_fn=_die_with_parent,  # noqa: PLW1509 (no threads yet)
         )  # fmt: skip
         log.close()
@@ -299,13 +302,34 @@ class RedisCluster:
                         and v.get("state") == "online"
                     ]  # fmt: skip
                     linked = linked and len(online) >= self.replicas  # synced, acknowledging
-                if ok and len(views) == 1 and len(masters) == self.masters and linked:
+                settled = ok and len(views) == 1 and len(masters) == self.masters and linked
+                if settled and self._streaming():
                     return
             except (redis.RedisError, OSError):
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"Redis Cluster on {self.ports} not ok within {timeout_s} s")
             time.sleep(0.1)
+
+    def _streaming(self) -> bool:
+        """Whether every master's replicas acknowledge a write. ``online`` is not yet streaming:
+        after a diskless sync a master holds the stream back until the replica's first
+        ``REPLCONF ACK`` (sent once a second), so a write's ``WAIT`` can time out for up to a
+        second; one write and its WAIT on each master, in one of its own slots."""
+        with self._node(next(iter(self.procs))) as client:
+            ranges = client.execute_command("CLUSTER", "SLOTS")
+        for start, end, master, *_ in ranges:
+            key = next(
+                k for n in range(100_000)
+                if int(start) <= key_slot((k := f"synced:{n}").encode()) <= int(end)
+            )  # fmt: skip
+            with redis.Redis(port=int(master[1]), socket_timeout=15) as client:
+                client.set(key, 1)
+                acked = client.wait(self.replicas, 10_000)
+                client.delete(key)
+            if acked < self.replicas:
+                return False
+        return True
 
     def wait_promoted(self, dead: int, timeout_s: float = 20) -> None:
         """Until the killed master ``dead``'s slots have a new master: every running node says

@@ -10,8 +10,9 @@ shard``) and counters (their last JSON line at a graceful stop).
   half the shards, as both do) is killed. The survivor must own every shard within the lease and
   one beat (the dead engine's lease and its liveness both last ``LEASE_MS`` from its last beat;
   the survivor notices at its next beat); the killed engine is then started again and takes its
-  share back by a graceful handover. Every run completes once, I1–I7 and I12 hold, and nothing is
-  left on any queue.
+  share back (a graceful handover, or, when the survivor's own beat was held up past its lease
+  on a loaded machine, the leases it dropped itself). Every run completes once, I1–I7 and I12
+  hold, and nothing is left on any queue.
 - **partition**: ``e1`` is ``SIGSTOP``ped while runs of its shards are in flight, for longer than
   its lease, :data:`FREEZES` times; ``e0`` takes its shards and ends some of those runs while
   ``e1`` is frozen (a stopped process sends nothing). On ``SIGCONT`` ``e1`` either drops its
@@ -23,9 +24,10 @@ shard``) and counters (their last JSON line at a graceful stop).
   record (I12) with its versions growing by one (I3: no two commits at one version), nothing is
   left on any queue.
 
-``ACCORD_SHARD_KILL_RUNS`` (default 1000; the RabbitMQ variant takes at most 300 of them, the
-routing it checks being the same) and ``ACCORD_SHARD_PARTITION_RUNS`` (default 300) set the run
-counts; ``ACCORD_SOAK_KEEP=1`` leaves the keys and queues in place after a failure.
+``ACCORD_SHARD_KILL_RUNS`` (400 in ``make test``, 1000 in ``make soak``; the RabbitMQ variant
+takes at most 300 of them, the routing it checks being the same) and
+``ACCORD_SHARD_PARTITION_RUNS`` (default 300) set the run counts; ``ACCORD_SOAK_KEEP=1`` leaves
+the keys and queues in place after a failure.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from accord.engine.ports import Shards, Store, Transport, shard_of
 from accord.workflow.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
-KILL_RUNS = int(os.environ.get("ACCORD_SHARD_KILL_RUNS", "1000"))
+KILL_RUNS = int(os.environ.get("ACCORD_SHARD_KILL_RUNS", "400"))
 PARTITION_RUNS = int(os.environ.get("ACCORD_SHARD_PARTITION_RUNS", "300"))
 LEASE_MS = 2000
 BEAT_MS = LEASE_MS // 4  # ShardKeeper's default beat
@@ -266,7 +268,15 @@ async def test_kill_9_of_an_engine_owning_shards_mid_soak(
     assert took <= bound + SLACK_S, f"takeover took {took:.2f} s, over lease + beat {bound} s"
     assert set(reports) == {"e0", "e1"}, f"both engines stopped gracefully: {reports}"
     assert reports["e0"]["shards_gained"] >= SHARDS, "e0 took the killed engine's shards"
-    assert reports["e0"]["shards_handed_over"] >= SHARDS // 2, "e0 gave the restarted e1 its share"
+    # e0 gives the restarted e1 its share by handing it over; on a loaded machine e0's beat can
+    # be held up past its lease first, and then e0 drops its leases itself (logged ``not
+    # renewed`` or ``lost shard(s)``) and e1 takes its share as free leases
+    e0 = reports["e0"]
+    moved = e0["shards_handed_over"] + e0["shards_lost_leases"]
+    assert moved >= SHARDS // 2, f"e0 gave the restarted e1 its share: {e0}"
+    if e0["shards_handed_over"] < SHARDS // 2:
+        dropped = log_lines(tmp_path / "engine0.stderr", LOST, killed_wall)
+        assert dropped, f"e0 let its share go by a lapse it logged: {e0}"
 
 
 @dataclass

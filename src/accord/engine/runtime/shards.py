@@ -181,7 +181,9 @@ class ShardKeeper:
         dropped = frozenset(s for s in self.owned if s not in held) | changed
         lost = {s: self.owned.pop(s) for s in dropped}
         self.lost_leases += len(lost)
-        if lost:
+        if lost:  # the lease lapsed while this beat was on its way: another engine took them
+            log.warning("engine %s lost shard(s) %s: its lease lapsed before the renewal",
+                        self.owner, sorted(lost))  # fmt: skip
             await self._let_go(lost)
         gained = frozenset(s for s in held if s not in self.owned)
         self.owned.update(held)
