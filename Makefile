@@ -94,6 +94,12 @@ soak: $(STAMP) bench-services
 	ACCORD_SOAK_RUNS=1000 $(BIN)/pytest tests/e2e/test_postgres_faults.py -k kill_9_of_engines -s
 	ACCORD_SHARD_KILL_RUNS=1000 $(BIN)/pytest tests/integration/test_shard_faults.py -s
 
+# the UI's browser tests, writing each page's screenshot to docs/ui/ (make test writes them to
+# the temp folder, leaving the tree as it was)
+.PHONY: ui-shots
+ui-shots: $(STAMP) node test-deps
+	ACCORD_UI_SHOTS=docs/ui $(BIN)/pytest tests/integration/test_ui_browser.py
+
 ts-test: node
 	cd $(TS) && npm run --silent build && npm test --silent
 	cd $(TSW) && npm run --silent build && npm test --silent

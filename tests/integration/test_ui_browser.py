@@ -5,7 +5,8 @@ with ``executable_path``; no browser download) against a real uvicorn serving ``
 One server and one browser for the module; each test has its own browser context (its own
 sessionStorage, so its own sign-in). The runs are made through the API: completed runs for the
 list's pages, a run whose stage fails and is re-driven, a run whose first attempt is retried, an
-idle run to cancel, and runs of a second tenant. Each page's screenshot is written to docs/ui/.
+idle run to cancel, and runs of a second tenant. Each page's screenshot is written to the temp
+folder (to docs/ui/ with ``make ui-shots``, ``ACCORD_UI_SHOTS``).
 The last test starts ``accord serve`` as its own process and reads ``/ui/`` from it.
 """
 
@@ -17,6 +18,7 @@ import json
 import os
 import re
 import struct
+import tempfile
 import zlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -42,7 +44,8 @@ from accord.worker.storage import ObjectStorage, StorageMap
 from accord.workflow.plan import ApprovalStage, Approvers, Plan, RetryPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "ui"
+# the pages' screenshots: into the temp folder, or docs/ui/ with ``make ui-shots``
+SHOTS = Path(os.environ.get("ACCORD_UI_SHOTS") or Path(tempfile.gettempdir()) / "accord-ui-shots")
 CHROMIUM = Path("/usr/bin/chromium")
 MODEL_INGEST = ROOT / "workflows" / "model-ingest.yaml"
 RETRIED = "ui.retried"  # the first attempt of each stage fails retryably
