@@ -70,7 +70,8 @@ def raw_loop(path: Path, sync: str, n: int) -> float:
             (f"r/{i}", f'{{"n":{i}}}'),
         )
         conn.execute(
-            "INSERT INTO accord_timers VALUES ('r/deadline', 'r', ?, '{}', ?, NULL)"
+            "INSERT INTO accord_timers (timer_id, run_id, due_at, payload, shard, avail_at)"
+            " VALUES ('r/deadline', 'r', ?, '{}', 0, ?)"
             " ON CONFLICT (timer_id) DO UPDATE SET due_at = excluded.due_at,"
             " avail_at = excluded.avail_at, owner = NULL",
             (i, i),
