@@ -35,7 +35,9 @@ from accord.testing.plans import QUEUES
 REDIS_HOST, REDIS_PORT, REDIS_DB = "127.0.0.1", 6379, 15
 AMQP = "amqp://guest:guest@127.0.0.1:5672/"
 ROOT = Path(__file__).resolve().parents[1]
-SHARDS = 8  # the Redis store's shard count: enough for the fleet's 4 engines, 2 shards each
+# the Redis store's shard count: enough for the fleet's 4 engines, 2 shards each (each shard's
+# outcome queue is batched apart by the workers: ACCORD_BENCH_SHARDS measures what that costs)
+SHARDS = int(os.environ.get("ACCORD_BENCH_SHARDS", "8"))
 FIXED_QUEUES = (  # with the outcome queue of each of the store's shards (SHARDS above)
     *QUEUES,
     OUTCOMES_QUEUE,
