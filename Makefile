@@ -87,11 +87,12 @@ pytest:
 	$(BIN)/pytest
 
 # the fault tests at their full size: on PostgreSQL at 1,000 runs (make test runs it with 200),
-# and kill -9 of an engine owning shards during 1,000 runs on BullMQ and on Redis Cluster
-# (make test runs 400; the RabbitMQ variant 300 in both)
+# the scale-out soak at 1,000 runs (make test: 500), and kill -9 of an engine owning shards
+# during 1,000 runs on BullMQ and on Redis Cluster (make test: 400; RabbitMQ 300 in both)
 .PHONY: soak
 soak: $(STAMP) bench-services
 	ACCORD_SOAK_RUNS=1000 $(BIN)/pytest tests/e2e/test_postgres_faults.py -k kill_9_of_engines -s
+	ACCORD_SOAK_RUNS=1000 $(BIN)/pytest tests/integration/test_scale_out.py -s
 	ACCORD_SHARD_KILL_RUNS=1000 $(BIN)/pytest tests/integration/test_shard_faults.py -s
 
 # the UI's browser tests, writing each page's screenshot to docs/ui/ (make test writes them to
