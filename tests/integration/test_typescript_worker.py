@@ -183,6 +183,17 @@ async def _take(
     return got
 
 
+async def _remove_settled(transport: BullmqTransport, queue: str, job_id: str) -> None:
+    """Remove a settled job so that its id can be published again. The worker acknowledges a
+    job only once the broker has confirmed its outcome, so the job may still be locked for a
+    moment after the outcome is read, and BullMQ's ``removeJob`` leaves a locked job alone
+    (answering 0): try again until it is removed (1)."""
+    deadline = time.monotonic() + 10
+    while await transport.queue(queue).remove(job_id) != 1:
+        assert time.monotonic() < deadline, f"{queue} job {job_id} is still locked"
+        await asyncio.sleep(0.02)
+
+
 def _envelope(model: str) -> dict[str, Any]:
     """A job envelope as the engine writes one (``envelope@2``, without ``replyTo``: a store of
     one shard) for ``models/<model>.stl``."""
@@ -212,8 +223,8 @@ async def test_redelivered_finished_job_resends_its_outcome(
         assert first[1]["payload"]["volume"] == 1.0
         # the same attempt delivered again, after the model is gone: measuring again would fail
         os.remove(storage / TENANT / "models" / "again.stl")
-        await transport.queue("metadata").remove(job_id_for(message_id))
-        await transport.queue("accord.outcomes").remove(job_id_for(f"{message_id}:succeeded"))
+        await _remove_settled(transport, "metadata", job_id_for(message_id))
+        await _remove_settled(transport, "accord.outcomes", job_id_for(f"{message_id}:succeeded"))
         await transport.publish("metadata", message_id, body)
         second = await _take(transport, outcomes, 1)
         assert second == [first[1]]
@@ -286,8 +297,8 @@ async def test_each_job_is_answered_on_its_reply_to_queue(
                 assert {o["causationId"] for o in answers} == {jobs[run]["messageId"]}, run
         # the s1 job delivered again: its recorded outcome is re-sent on s1, nowhere else
         message_id = jobs["s1"]["messageId"]
-        await transport.queue("metadata").remove(job_id_for(message_id))
-        await transport.queue(s1).remove(job_id_for(f"{message_id}:succeeded"))
+        await _remove_settled(transport, "metadata", job_id_for(message_id))
+        await _remove_settled(transport, s1, job_id_for(f"{message_id}:succeeded"))
         await transport.publish("metadata", message_id, json.dumps(jobs["s1"]).encode())
         assert await _take(transport, streams[s1], 1) == [got[s1][1]]
         await asyncio.sleep(0.3)  # anything sent astray would have arrived by now
