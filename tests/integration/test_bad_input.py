@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -250,11 +251,6 @@ def _transport_commands(url: str, tmp: Path) -> dict[str, list[str]]:
     }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def _redis() -> None:
-    ensure_redis()
-
-
 STORE_CASES = [
     pytest.param(
         template, names, command, id=f"{template}-{command}",
@@ -263,25 +259,50 @@ STORE_CASES = [
     for command in ("runs list", "engine reconcile", "engine run", "worker run")
 ]  # fmt: skip
 
+TRANSPORT_CASES = [
+    pytest.param(template, names, command, id=f"{command}-{template}")
+    for template, names in TRANSPORT_BAD
+    for command in ("engine reconcile", "engine run", "worker run")
+]
 
-@pytest.mark.usefixtures("_redis")
+Outcome = tuple[int, str, float]
+AT_ONCE = 4  # processes at a time: each mostly imports, so two cores keep four busy
+
+
+@pytest.fixture(scope="module")
+def url_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], Outcome]:
+    """Every URL case's command, run as its own ``accord`` process as the other cases are, but
+    ``AT_ONCE`` at a time rather than one after another (a refusal is mostly the interpreter
+    starting). Keyed by (``store`` or ``transport``, URL template, command); each test below
+    checks its own."""
+    ensure_redis()
+    cases: dict[tuple[str, str, str], list[str]] = {}
+    for kind, bad, commands in (
+        ("store", STORE_BAD, _store_commands),
+        ("transport", TRANSPORT_BAD, _transport_commands),
+    ):
+        for template, _names in bad:
+            for command in commands("", Path()):
+                tmp = tmp_path_factory.mktemp("case")
+                cases[(kind, template, command)] = commands(_url(template, tmp), tmp)[command]
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        done = {key: pool.submit(accord, *args) for key, args in cases.items()}
+        return {key: future.result() for key, future in done.items()}
+
+
 @pytest.mark.parametrize(("template", "names", "command"), STORE_CASES)
 def test_bad_store_url_is_a_one_line_refusal(
-    tmp_path: Path, command: str, template: str, names: str
+    url_outcomes: dict[tuple[str, str, str], Outcome], command: str, template: str, names: str
 ) -> None:
-    url = _url(template, tmp_path)
-    rc, out, elapsed = accord(*_store_commands(url, tmp_path)[command])
+    rc, out, elapsed = url_outcomes[("store", template, command)]
     assert_error_line(out, assert_refused(rc, out, elapsed, names), names)
 
 
-@pytest.mark.usefixtures("_redis")
-@pytest.mark.parametrize("command", ["engine reconcile", "engine run", "worker run"])
-@pytest.mark.parametrize(("template", "names"), TRANSPORT_BAD, ids=[u for u, _ in TRANSPORT_BAD])
+@pytest.mark.parametrize(("template", "names", "command"), TRANSPORT_CASES)
 def test_bad_transport_url_is_a_one_line_refusal(
-    tmp_path: Path, command: str, template: str, names: str
+    url_outcomes: dict[tuple[str, str, str], Outcome], command: str, template: str, names: str
 ) -> None:
-    url = _url(template, tmp_path)
-    rc, out, elapsed = accord(*_transport_commands(url, tmp_path)[command])
+    rc, out, elapsed = url_outcomes[("transport", template, command)]
     assert_error_line(out, assert_refused(rc, out, elapsed, names), names)
 
 
