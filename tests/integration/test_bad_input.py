@@ -270,21 +270,25 @@ AT_ONCE = 4  # processes at a time: each mostly imports, so two cores keep four 
 
 
 @pytest.fixture(scope="module")
-def url_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], Outcome]:
-    """Every URL case's command, run as its own ``accord`` process as the other cases are, but
-    ``AT_ONCE`` at a time rather than one after another (a refusal is mostly the interpreter
-    starting). Keyed by (``store`` or ``transport``, URL template, command); each test below
-    checks its own."""
+def url_outcomes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, str, str], Outcome]:
+    """The command of every URL case selected in this session, each run as its own ``accord``
+    process, ``AT_ONCE`` at a time rather than one after another (a refusal is mostly the
+    interpreter starting). Keyed by (``store`` or ``transport``, URL template, command); each
+    test below checks its own."""
     ensure_redis()
+    builders = {
+        test_bad_store_url_is_a_one_line_refusal.__name__: ("store", _store_commands),
+        test_bad_transport_url_is_a_one_line_refusal.__name__: ("transport", _transport_commands),
+    }
     cases: dict[tuple[str, str, str], list[str]] = {}
-    for kind, bad, commands in (
-        ("store", STORE_BAD, _store_commands),
-        ("transport", TRANSPORT_BAD, _transport_commands),
-    ):
-        for template, _names in bad:
-            for command in commands("", Path()):
-                tmp = tmp_path_factory.mktemp("case")
-                cases[(kind, template, command)] = commands(_url(template, tmp), tmp)[command]
+    for item in request.session.items:
+        if isinstance(item, pytest.Function) and item.originalname in builders:
+            kind, commands = builders[item.originalname]
+            template, command = (str(item.callspec.params[k]) for k in ("template", "command"))
+            tmp = tmp_path_factory.mktemp("case")
+            cases[(kind, template, command)] = commands(_url(template, tmp), tmp)[command]
     with ThreadPoolExecutor(AT_ONCE) as pool:
         done = {key: pool.submit(accord, *args) for key, args in cases.items()}
         return {key: future.result() for key, future in done.items()}
